@@ -1,0 +1,222 @@
+"""Joint source-target SentencePiece BPE tokenizer with fixed special ids.
+
+One BPE model is shared by both languages (Vaswani et al. 2017 use a shared ~37k vocabulary for
+En-De). The special ids are fixed project-wide: PAD=0, UNK=1, BOS=2, EOS=3.
+
+Training choices:
+
+- ``character_coverage=1.0``: every character seen in the training sample gets a piece, so
+  nothing in the training text maps to UNK (appropriate for alphabetic languages such as English
+  and German; CJK-heavy corpora would want 0.9995).
+- Default SentencePiece normalisation (``nmt_nfkc``), so encode-then-decode returns NFKC text
+  with runs of whitespace collapsed.
+- The training text is a bounded uniform random sample drawn here (reservoir sampling with a
+  fixed seed, blank lines skipped) and handed to SentencePiece whole, so memory stays bounded and
+  the sample does not depend on SentencePiece's own sampler.
+- The model is serialised in memory and written atomically (temporary directory, then rename):
+  a killed or concurrent run never leaves a half-written model, and the file bytes (hence
+  ``Tokenizer.sha256``) depend only on the sample, the options and the thread count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+MODEL_FILE = "spm.model"
+MODEL_TYPE = "bpe"
+CHARACTER_COVERAGE = 1.0
+NORMALIZATION = "nmt_nfkc"
+
+
+def _data_error(message: str) -> ValueError:
+    """Return a ``data.corpus.DataError`` (imported late: data.corpus imports this module)."""
+    from data.corpus import DataError
+
+    return DataError(message)
+
+
+def _first_line(error: BaseException) -> str:
+    """Return the first non-empty line of an exception message."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__
+
+
+def default_num_threads() -> int:
+    """Return the number of CPUs this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+class Tokenizer:
+    """A joint source-target SentencePiece BPE model with fixed special ids."""
+
+    def __init__(self, model_path: str | Path):
+        self.path = Path(model_path).resolve()
+        if not self.path.is_file():
+            raise _data_error(
+                f"tokenizer model not found: {self.path}; run data preparation to train it "
+                "or point to an existing spm.model"
+            )
+        data = self.path.read_bytes()
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(data)
+        except Exception as e:
+            raise _data_error(
+                f"tokenizer model {self.path} is not a valid SentencePiece model "
+                f"({_first_line(e)}); delete it and rerun data preparation"
+            ) from e
+        found = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise _data_error(
+                f"tokenizer model {self.path} has special ids pad/unk/bos/eos={found}, "
+                f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain it with train_tokenizer"
+            )
+        self.vocab_size = self._sp.get_piece_size()
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({str(self.path)!r}, vocab_size={self.vocab_size})"
+
+    def __getstate__(self) -> dict:
+        return {"path": str(self.path), "sha256": self.sha256}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+        if self.sha256 != state["sha256"]:
+            raise _data_error(
+                f"tokenizer model {self.path} changed on disk (sha256 {self.sha256} != "
+                f"{state['sha256']}); rerun data preparation"
+            )
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Return the subword ids of each text, without BOS/EOS."""
+        return self._sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """Return the text of each id sequence, cut at its first EOS, ignoring PAD and BOS."""
+        texts = []
+        for seq in ids:
+            pieces = []
+            for i in seq:
+                i = int(i)
+                if i == EOS_ID:
+                    break
+                if i not in (PAD_ID, BOS_ID):
+                    pieces.append(i)
+            texts.append(self._sp.decode(pieces))
+        return texts
+
+
+def _reservoir(texts: Iterable[str], size: int, seed: int) -> list[str]:
+    """Return a uniform random sample of at most ``size`` non-blank texts."""
+    rng = random.Random(seed)
+    sample: list[str] = []
+    seen = 0
+    for text in texts:
+        if not text or not text.strip():
+            continue
+        if seen < size:
+            sample.append(text)
+        else:
+            j = rng.randrange(seen + 1)
+            if j < size:
+                sample[j] = text
+        seen += 1
+    return sample
+
+
+def _training_error(error: Exception, vocab_size: int) -> ValueError:
+    """Translate a SentencePiece training failure into a one-line DataError."""
+    message = _first_line(error)
+    if "Vocabulary size too high" in message:
+        limit = re.search(r"<=\s*(\d+)", message)
+        supported = f" (it supports at most {limit.group(1)})" if limit else ""
+        return _data_error(
+            f"tokenizer: vocabulary size {vocab_size} is too high for the training text"
+            f"{supported}; lower data.vocab_size"
+        )
+    if "smaller than required_chars" in message:
+        need = re.search(r"required_chars\.\s*(\d+)\s*vs\s*(\d+)", message)
+        chars = f" ({need.group(2)} distinct characters)" if need else ""
+        return _data_error(
+            f"tokenizer: vocabulary size {vocab_size} cannot hold every character of the "
+            f"training text{chars}; raise data.vocab_size"
+        )
+    return _data_error(f"tokenizer training failed: {message}")
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_dir: Path,
+    *,
+    sample_size: int,
+    seed: int = 0,
+    num_threads: int | None = None,
+) -> Tokenizer:
+    """Train a BPE model on a random sample of ``texts`` and save it as ``out_dir/spm.model``."""
+    out_dir = Path(out_dir)
+    if sample_size < 1:
+        raise _data_error(f"tokenizer sample size must be positive, got {sample_size}")
+    sample = _reservoir(texts, sample_size, seed)
+    if not sample:
+        raise _data_error("tokenizer: no non-empty training text; check the training split")
+    options = {
+        "model_type": MODEL_TYPE,
+        "vocab_size": int(vocab_size),
+        "character_coverage": CHARACTER_COVERAGE,
+        "normalization_rule_name": NORMALIZATION,
+        "pad_id": PAD_ID,
+        "unk_id": UNK_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "num_threads": int(num_threads or default_num_threads()),
+        "minloglevel": 1,
+    }
+    writer = io.BytesIO()
+    spm.set_random_generator_seed(seed)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sample), model_writer=writer, **options
+        )
+    except RuntimeError as e:
+        raise _training_error(e, vocab_size) from e
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        (tmp_dir / MODEL_FILE).write_bytes(writer.getvalue())
+        meta = {
+            **options,
+            "seed": seed,
+            "sample_size": sample_size,
+            "sample_sentences": len(sample),
+        }
+        (tmp_dir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if out_dir.exists() and not (out_dir / MODEL_FILE).is_file():
+            shutil.rmtree(out_dir)
+        try:
+            os.rename(tmp_dir, out_dir)
+        except OSError:
+            if not (out_dir / MODEL_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+    return Tokenizer(out_dir / MODEL_FILE)

@@ -1,0 +1,147 @@
+"""Greedy and beam search over a Transformer with an incremental key/value cache (§6.1).
+
+The paper: beam size 4, length penalty alpha = 0.6 (Wu et al. 2016, GNMT), maximum output
+length = input length + 50, early termination. Lengths here count subwords: a source's length
+excludes its EOS, and an output's length includes the EOS that ends it (as tensor2tensor).
+"""
+
+import torch
+
+from model.transformer import LayerCache, Transformer
+
+
+def length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
+    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha; hypotheses score log P(Y) / lp(Y)."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_output_lengths(src_keep: torch.Tensor, max_len_b: int) -> torch.Tensor:
+    """Per sentence: source subwords (EOS excluded) + max_len_b, EOS included. [B]"""
+    return src_keep.sum(dim=1) - 1 + max_len_b
+
+
+def _reorder(cache: list[LayerCache], rows: torch.Tensor, names: tuple[str, ...]) -> None:
+    for layer in cache:
+        for name in names:
+            if name in layer:
+                layer[name] = layer[name].index_select(0, rows)
+
+
+def _force_eos(logp: torch.Tensor, at_limit: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """logp [N, V] with every token but EOS at -inf in the rows at their length limit [N]."""
+    not_eos = torch.ones(logp.size(-1), dtype=torch.bool, device=logp.device)
+    not_eos[eos_id] = False
+    return logp.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len_b: int = 50
+) -> list[list[int]]:
+    """The most probable next token at every step, for sources src [B, S]; EOS stripped."""
+    memory, src_keep = model.encode(src)
+    max_lens = max_output_lengths(src_keep, max_len_b)  # [B]
+    batch = src.size(0)
+    cache = model.new_cache()
+    tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1]
+    done = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    for step in range(int(max_lens.max())):
+        logits = model.decode(tokens[:, -1:], memory, src_keep, cache, offset=step)[:, -1]
+        logp = _force_eos(logits.float().log_softmax(-1), step + 1 >= max_lens, eos_id)
+        next_token = logp.argmax(-1).masked_fill(done, eos_id)  # [B]
+        tokens = torch.cat((tokens, next_token[:, None]), dim=1)  # [B, step + 2]
+        done |= next_token == eos_id
+        if bool(done.all()):
+            break
+    return [_strip(row[1:].tolist(), eos_id) for row in tokens]
+
+
+def _strip(tokens: list[int], eos_id: int) -> list[int]:
+    return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_b: int = 50,
+) -> list[list[int]]:
+    """The best hypothesis by log P(Y) / lp(Y) for each source in src [B, S]; EOS stripped.
+
+    Batched over sentences and beams, as tensor2tensor's beam search (the paper's): each step
+    takes the 2K best extensions of the K live beams; those ending in EOS join a sentence's K
+    best finished hypotheses (by normalized score), the K best others live on. A sentence stops
+    when no live beam can beat its best finished one (log-probabilities only fall, so a live
+    beam can at best reach its log P / lp(max length)) and then leaves the batch. A beam of one
+    is greedy search.
+    """
+    if beam_size == 1:
+        return greedy_search(model, src, bos_id, eos_id, max_len_b)
+    k = beam_size
+    memory, src_keep = model.encode(src)
+    max_lens = max_output_lengths(src_keep, max_len_b)  # [N]
+    n_src, device = src.size(0), src.device
+    rows = torch.arange(n_src, device=device).repeat_interleave(k)  # [N * K]
+    memory, src_keep = memory[rows], src_keep[rows]  # [N * K, S, d_model], [N * K, S]
+    cache = model.new_cache()
+    best: list[list[int]] = [[] for _ in range(n_src)]
+
+    sentence = torch.arange(n_src, device=device)  # active row -> its index in src
+    alive = torch.full((n_src, k, 1), bos_id, dtype=torch.long, device=device)  # [N, K, 1]
+    alive_logp = torch.full((n_src, k), float("-inf"), device=device)  # [N, K]
+    alive_logp[:, 0] = 0.0  # one live beam at first, so the K beams start distinct
+    finished = torch.full((n_src, k, 1), eos_id, dtype=torch.long, device=device)  # [N, K, 1]
+    finished_score = torch.full((n_src, k), float("-inf"), device=device)  # [N, K]
+
+    for step in range(int(max_lens.max())):
+        n = alive.size(0)
+        logits = model.decode(alive[:, :, -1].reshape(-1, 1), memory, src_keep, cache, offset=step)
+        logp = logits[:, -1].float().log_softmax(-1)  # [N * K, V]
+        logp = _force_eos(logp, (step + 1 >= max_lens).repeat_interleave(k), eos_id)
+        vocab = logp.size(-1)
+        candidates = (alive_logp[:, :, None] + logp.view(n, k, vocab)).view(n, k * vocab)
+        top_logp, top_index = candidates.topk(2 * k, dim=1)  # [N, 2K], best first
+        top_beam, top_token = top_index // vocab, top_index % vocab
+        is_eos = top_token == eos_id
+        extended = torch.cat(
+            (
+                alive.gather(1, top_beam[:, :, None].expand(-1, -1, alive.size(2))),
+                top_token[:, :, None],
+            ),
+            dim=2,
+        )  # [N, 2K, step + 2]
+
+        eos_score = (top_logp / length_penalty(step + 1, alpha)).masked_fill(~is_eos, float("-inf"))
+        finished = torch.cat((finished, torch.full_like(finished[:, :, :1], eos_id)), dim=2)
+        pool_score = torch.cat((finished_score, eos_score), dim=1)  # [N, 3K]
+        finished_score, pick = pool_score.topk(k, dim=1)  # [N, K]
+        pool = torch.cat((finished, extended), dim=1)  # [N, 3K, step + 2]
+        finished = pool.gather(1, pick[:, :, None].expand(-1, -1, pool.size(2)))
+
+        alive_logp, keep = top_logp.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # [N, K]
+        alive = extended.gather(1, keep[:, :, None].expand(-1, -1, extended.size(2)))
+        beam_rows = (torch.arange(n, device=device)[:, None] * k + top_beam.gather(1, keep)).view(
+            -1
+        )
+
+        best_possible = alive_logp.max(dim=1).values / length_penalty(max_lens, alpha)  # [N]
+        done = finished_score[:, 0] >= best_possible  # [N]
+        for i in done.nonzero()[:, 0].tolist():
+            best[int(sentence[i])] = _strip(finished[i, 0, 1:].tolist(), eos_id)
+        if bool(done.all()):
+            break
+        if bool(done.any()):
+            kept = (~done).nonzero()[:, 0]  # [N']
+            kept_rows = (kept[:, None] * k + torch.arange(k, device=device)).view(-1)
+            beam_rows = beam_rows.view(n, k)[kept].view(-1)
+            _reorder(cache, kept_rows, ("cross_k", "cross_v"))
+            memory, src_keep = memory[kept_rows], src_keep[kept_rows]
+            alive, alive_logp = alive[kept], alive_logp[kept]
+            finished, finished_score = finished[kept], finished_score[kept]
+            sentence, max_lens = sentence[kept], max_lens[kept]
+        _reorder(cache, beam_rows, ("self_k", "self_v"))
+    return best

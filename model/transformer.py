@@ -1,0 +1,276 @@
+"""The encoder-decoder Transformer of Vaswani et al. 2017 ("Attention Is All You Need").
+
+As the paper (section numbers are its own): post-LN sub-layers LayerNorm(x + Dropout(f(x)))
+(§3.1, §5.4); multi-head scaled dot-product attention (§3.2) through
+``torch.nn.functional.scaled_dot_product_attention``; a ReLU feed-forward network (§3.3); one
+embedding matrix shared by the source and target embeddings and the pre-softmax projection,
+embeddings multiplied by sqrt(d_model) (§3.4); dropout on every sub-layer output and on the
+embedding + position sums (§5.4). Position information comes from a ``PositionEncoding``
+(model/position.py) built once per stack.
+
+Choices the paper leaves open: LayerNorm eps 1e-6 (tensor2tensor); Xavier-uniform linear weights
+and N(0, d_model^-0.5) embeddings (fairseq); no bias on the shared output projection.
+"""
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.position import PositionEncoding
+
+LayerCache = dict[str, torch.Tensor]
+
+
+def attention_mask(allowed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A boolean mask (True = attend), or with a bias [H, Tq, Tk] an additive float mask."""
+    if bias is None:
+        return allowed
+    return bias.masked_fill(~allowed, float("-inf"))  # broadcast to [B, H, Tq, Tk]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (§3.2.2); q, k and v are projected apart so keys can be cached."""
+
+    def __init__(self, d_model: int, n_heads: int):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(
+                f"model.d_model={d_model} is not divisible by model.n_heads={n_heads}: "
+                "pick a head count that divides d_model"
+            )
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # [B, H, T, d_head]
+
+    def query(self, x: torch.Tensor) -> torch.Tensor:
+        """Projected queries [B, H, T, d_head] of x [B, T, d_model]."""
+        return self._split_heads(self.q_proj(x))
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Projected keys and values, each [B, H, T, d_head]."""
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self._split_heads(k), self._split_heads(v)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d_head) + mask) v, heads merged and projected: [B, Tq, d_model]."""
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.to(q.dtype)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, Tq, d_model]
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, d_model] -> [B, T, d_model]."""
+        return self.w2(F.relu(self.w1(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each as LayerNorm(x + Dropout(sublayer(x)))."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, eps: float):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        position: PositionEncoding,
+    ) -> torch.Tensor:
+        """x [B, S, d_model] -> [B, S, d_model]."""
+        q = self.self_attn.query(x)
+        k, v = self.self_attn.keys_values(x)
+        q, k = position.rotate(q, k, positions, positions)
+        x = self.norm1(x + self.dropout(self.self_attn.attend(q, k, v, mask)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, then feed-forward."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, eps: float):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads)
+        self.ffn = FeedForward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model, eps=eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        self_mask: torch.Tensor | None,
+        cross_mask: torch.Tensor,
+        positions: torch.Tensor,
+        position: PositionEncoding,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
+        """y [B, T, d_model] over memory [B, S, d_model] -> [B, T, d_model].
+
+        With a cache, keys/values of earlier steps are read from it and this step's appended;
+        the encoder's keys/values are projected once and kept there.
+        """
+        q = self.self_attn.query(y)
+        k, v = self.self_attn.keys_values(y)
+        q, k = position.rotate(q, k, positions, positions)
+        if cache is not None:
+            if "self_k" in cache:
+                k = torch.cat((cache["self_k"], k), dim=2)  # [B, H, t + T, d_head]
+                v = torch.cat((cache["self_v"], v), dim=2)
+            cache["self_k"], cache["self_v"] = k, v
+        is_causal = self_mask is None
+        y = self.norm1(y + self.dropout(self.self_attn.attend(q, k, v, self_mask, is_causal)))
+
+        if cache is not None and "cross_k" in cache:
+            mk, mv = cache["cross_k"], cache["cross_v"]
+        else:
+            mk, mv = self.cross_attn.keys_values(memory)  # [B, H, S, d_head]
+            if cache is not None:
+                cache["cross_k"], cache["cross_v"] = mk, mv
+        y = self.norm2(
+            y + self.dropout(self.cross_attn.attend(self.cross_attn.query(y), mk, mv, cross_mask))
+        )
+        return self.norm3(y + self.dropout(self.ffn(y)))
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer (§3) with a pluggable position encoding."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        position: Callable[..., PositionEncoding],
+        d_model: int = 512,
+        n_heads: int = 8,
+        n_encoder_layers: int = 6,
+        n_decoder_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        max_positions: int = 1024,
+        layer_norm_eps: float = 1e-6,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.d_model = d_model
+        self.pad_id = pad_id
+        self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.encoder_position = position(
+            d_model=d_model, n_heads=n_heads, max_positions=max_positions
+        )
+        self.decoder_position = position(
+            d_model=d_model, n_heads=n_heads, max_positions=max_positions
+        )
+        layer_args = (d_model, n_heads, d_ff, dropout, layer_norm_eps)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(*layer_args) for _ in range(n_encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(*layer_args) for _ in range(n_decoder_layers)
+        )
+        self.dropout = nn.Dropout(dropout)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=self.d_model**-0.5)
+        with torch.no_grad():
+            self.embedding.weight[self.pad_id].zero_()
+
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor, position: PositionEncoding):
+        x = self.embedding(tokens) * self.d_model**0.5  # [B, T, d_model]
+        return self.dropout(position.embed(x, positions))
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder output [B, S, d_model] and the source mask [B, S] (True = real token)."""
+        self.encoder_position.check_length(src.size(1))
+        src_keep = src != self.pad_id  # [B, S]
+        positions = torch.arange(src.size(1), device=src.device)  # [S]
+        allowed = src_keep[:, None, None, :]  # [B, 1, 1, S]
+        mask = attention_mask(allowed, self.encoder_position.bias(positions, positions))
+        x = self._embed(src, positions, self.encoder_position)
+        for layer in self.encoder_layers:
+            x = layer(x, mask, positions, self.encoder_position)
+        return x, src_keep
+
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_keep: torch.Tensor,
+        cache: list[LayerCache] | None = None,
+        offset: int = 0,
+    ) -> torch.Tensor:
+        """Logits [B, T, vocab] for target inputs [B, T] starting at position offset.
+
+        Teacher forcing: offset 0 and no cache. Incremental decoding: pass the same cache
+        (from ``new_cache``) at every step, with offset = tokens already decoded.
+        """
+        length = tgt_in.size(1)
+        self.decoder_position.check_length(offset + length)
+        positions = torch.arange(offset, offset + length, device=tgt_in.device)  # [T]
+        key_positions = torch.arange(offset + length, device=tgt_in.device)  # [t + T]
+        bias = self.decoder_position.bias(positions, key_positions)
+        if bias is None and cache is None:
+            self_mask = None  # causal, and right padding never precedes a real token
+        else:
+            allowed = key_positions[None, :] <= positions[:, None]  # [T, t + T]
+            self_mask = attention_mask(allowed, bias)
+        cross_mask = src_keep[:, None, None, :]  # [B, 1, 1, S]
+        y = self._embed(tgt_in, positions, self.decoder_position)
+        for i, layer in enumerate(self.decoder_layers):
+            layer_cache = cache[i] if cache is not None else None
+            y = layer(
+                y, memory, self_mask, cross_mask, positions, self.decoder_position, layer_cache
+            )
+        return F.linear(y, self.embedding.weight)  # [B, T, vocab]
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced logits [B, T, vocab] for sources [B, S] and target inputs [B, T]."""
+        memory, src_keep = self.encode(src)
+        return self.decode(tgt_in, memory, src_keep)
+
+    def new_cache(self) -> list[LayerCache]:
+        """An empty key/value cache for incremental decoding."""
+        return [{} for _ in self.decoder_layers]
+
+
+def reorder_cache(cache: list[LayerCache], index: torch.Tensor) -> list[LayerCache]:
+    """The cache with rows (sentences x beams) picked by index [N]."""
+    return [{name: t.index_select(0, index) for name, t in layer.items()} for layer in cache]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters (the shared embedding counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,100 @@
+"""Greedy and beam search: beam 1 is greedy, the GNMT penalty, the length limit."""
+
+import torch
+
+from model.search import beam_search, greedy_search, length_penalty, max_output_lengths
+from tests.conftest import tiny_model
+
+BOS, EOS = 2, 3
+
+
+def sources(batch: int = 6, length: int = 8) -> torch.Tensor:
+    torch.manual_seed(1)
+    src = torch.randint(4, 40, (batch, length))
+    src[:, -1] = EOS
+    src[2, 4:] = 0
+    src[2, 3] = EOS
+    return src
+
+
+def test_length_penalty_is_gnmts():
+    assert length_penalty(1, 0.6) == 1.0
+    assert abs(length_penalty(10, 0.6) - (15 / 6) ** 0.6) < 1e-12
+    assert length_penalty(7, 0.0) == 1.0
+
+
+def test_beam_one_is_greedy(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src = sources()
+    assert beam_search(model, src, BOS, EOS, beam_size=1) == greedy_search(model, src, BOS, EOS)
+
+
+def test_output_length_is_bounded_by_source_plus_b(position_yaml):
+    model = tiny_model(position_yaml, max_positions=64).eval()
+    src = sources()
+    limits = max_output_lengths(src != 0, 5).tolist()
+    assert limits[2] == 3 + 5 and limits[0] == 7 + 5
+    for hyps in (
+        greedy_search(model, src, BOS, EOS, 5),
+        beam_search(model, src, BOS, EOS, 4, 0.6, 5),
+    ):
+        for hyp, limit in zip(hyps, limits, strict=True):
+            assert len(hyp) <= limit - 1  # the EOS that ends it counts towards the limit
+            assert EOS not in hyp
+
+
+def test_beam_search_is_independent_of_batch_neighbours(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src = sources()
+    together = beam_search(model, src, BOS, EOS, beam_size=3)
+    alone = [
+        beam_search(model, src[i : i + 1, : int((src[i] != 0).sum())], BOS, EOS, 3)[0]
+        for i in range(len(src))
+    ]
+    assert together == alone
+
+
+class MarkovModel:
+    """A stand-in decoder whose next-token distribution depends only on the last token."""
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int = 6):
+        self.logp = torch.full((vocab, vocab), float("-inf"))
+        for prev, nexts in table.items():
+            for token, p in nexts.items():
+                self.logp[prev, token] = torch.tensor(p).log()
+
+    def encode(self, src):
+        return torch.zeros(*src.shape, 1), src != 0
+
+    def new_cache(self):
+        return [{}]
+
+    def decode(self, tgt_in, memory, src_keep, cache, offset):
+        return self.logp[tgt_in[:, -1]][:, None, :]  # [N, 1, V]
+
+
+def test_beam_search_escapes_the_greedy_trap():
+    a, b = 4, 5
+    # greedy takes A (0.6) then ends: P = 0.6 * 0.4 = 0.24; B then EOS has P = 0.4 * 0.95 = 0.38
+    model = MarkovModel(
+        {BOS: {a: 0.6, b: 0.4}, a: {EOS: 0.4, a: 0.3, b: 0.3}, b: {EOS: 0.95, a: 0.05}}
+    )
+    src = torch.tensor([[a, a, EOS]])
+    assert greedy_search(model, src, BOS, EOS) == [[a]]
+    assert beam_search(model, src, BOS, EOS, beam_size=2) == [[b]]
+
+
+def test_length_penalty_can_prefer_a_longer_hypothesis():
+    a, b, c = 4, 5, 6
+    # "A EOS" has P = 0.55 (2 tokens); "B C EOS" has P = 0.45 (3 tokens)
+    model = MarkovModel(
+        {BOS: {a: 0.55, b: 0.45}, a: {EOS: 1.0}, b: {c: 1.0}, c: {EOS: 1.0}}, vocab=7
+    )
+    src = torch.tensor([[a, a, a, EOS]])
+    assert beam_search(model, src, BOS, EOS, beam_size=2, alpha=0.0) == [[a]]
+    for alpha in (0.6, 2.0, 5.0):
+        short = torch.tensor(0.55).log() / length_penalty(2, alpha)
+        long = torch.tensor(0.45).log() / length_penalty(3, alpha)
+        expected = [[a]] if short > long else [[b, c]]
+        assert beam_search(model, src, BOS, EOS, beam_size=2, alpha=alpha) == expected
+    assert beam_search(model, src, BOS, EOS, beam_size=2, alpha=5.0) == [[b, c]]

@@ -1,0 +1,86 @@
+"""train.py: the recipe's pieces, a real tiny run, and bitwise resume."""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model.checkpoint import load_checkpoint, step_checkpoints
+from tests.conftest import compose_config, tiny_run_overrides
+from train import label_smoothed_loss, noam_lr, train
+
+
+def test_noam_schedule_peaks_at_warmup():
+    peak = noam_lr(4000, 512, 4000)
+    assert abs(peak - 512**-0.5 * 4000**-0.5) < 1e-12
+    assert abs(peak - 6.99e-4) < 1e-6
+    assert noam_lr(2000, 512, 4000) < peak and noam_lr(8000, 512, 4000) < peak
+    assert noam_lr(100, 512, 4000, scale=2.0) == 2 * noam_lr(100, 512, 4000)
+
+
+def test_label_smoothed_loss_matches_the_definition():
+    torch.manual_seed(0)
+    logits, target = torch.randn(2, 3, 11), torch.tensor([[5, 6, 0], [7, 8, 9]])
+    loss, nll = label_smoothed_loss(logits, target, smoothing=0.1)
+    logp = logits.log_softmax(-1)
+    real = target != 0
+    expected_nll = -logp.gather(-1, target[..., None])[..., 0][real].sum()
+    expected = 0.9 * expected_nll + 0.1 * (-logp.mean(-1))[real].sum()
+    assert torch.allclose(nll, expected_nll) and torch.allclose(loss, expected)
+    assert torch.allclose(nll, F.cross_entropy(logits[real], target[real], reduction="sum"))
+
+
+def test_a_tiny_run_writes_metrics_checkpoints_and_logs(trained_run):
+    metrics = json.loads((trained_run / "metrics.json").read_text())
+    assert metrics["complete"] is True and metrics["steps"] == 240
+    assert metrics["dev_ppl"] < 400 / 4  # far better than uniform over the vocabulary
+    assert metrics["position"] == "SinusoidalPositionEncoding" and metrics["tokens_seen"] > 0
+    ckpt_dir = trained_run / "checkpoints"
+    assert (ckpt_dir / "last.pt").is_file() and (ckpt_dir / "best.pt").is_file()
+    assert [p.name for p in step_checkpoints(ckpt_dir)] == [
+        f"step_{s}.pt" for s in (80, 120, 160, 200, 240)
+    ]
+    state = load_checkpoint(ckpt_dir / "last.pt")
+    assert state["step"] == 240 and state["config"]["model"]["d_model"] == 64
+    assert state["tokenizer"]["sha256"] and state["sampler"]["epoch"] >= 0
+    assert any((trained_run / "tensorboard").iterdir())
+
+
+def test_resume_reaches_bitwise_the_same_parameters(tmp_path, cache_dir):
+    tiny = [
+        "model.d_model=32",
+        "model.d_ff=64",
+        "trainer.eval_every=5",
+        "data.corpus.train_size=1000",
+    ]
+
+    def run(run_dir, steps):
+        return train(
+            compose_config(
+                tiny_run_overrides(run_dir, cache_dir, *tiny, f"trainer.max_steps={steps}")
+            )
+        )
+
+    run(tmp_path / "straight", 12)
+    run(tmp_path / "stopped", 7)
+    resumed = run(tmp_path / "stopped", 12)
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.pt")
+    assert resumed["steps"] == b["step"] == a["step"] == 12
+    assert b["schedule"]["last_epoch"] == a["schedule"]["last_epoch"] == 12
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+
+
+def test_max_epochs_stops_the_run(tmp_path, cache_dir):
+    overrides = ["data.corpus.train_size=300", "trainer.max_epochs=1", "trainer.max_steps=100000"]
+    metrics = train(compose_config(tiny_run_overrides(tmp_path, cache_dir, *overrides)))
+    assert metrics["epochs"] == 1 and 0 < metrics["steps"] < 100
+    assert math.isfinite(metrics["dev_ppl"])
+
+
+def test_unknown_language_is_one_clear_error(tmp_path, cache_dir):
+    with pytest.raises(ValueError, match="fr"):
+        train(compose_config(tiny_run_overrides(tmp_path, cache_dir, "data.src_lang=fr")))

@@ -1,0 +1,105 @@
+"""The Transformer: paper dimensions, incremental decoding, causality, padding, permutations."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from model.transformer import MultiHeadAttention, count_parameters
+from tests.conftest import CONFIG_DIR, tiny_model
+
+
+def test_base_model_has_the_papers_parameter_count():
+    cfg = OmegaConf.load(CONFIG_DIR / "model" / "base.yaml")
+    position = OmegaConf.load(CONFIG_DIR / "position" / "sinusoidal.yaml")
+    model = instantiate(cfg, position=position, vocab_size=37000)
+    n = count_parameters(model)
+    print(f"model=base, vocab 37000: {n:,} parameters (paper: 65M)")
+    assert 60e6 <= n <= 65e6
+
+
+def test_embeddings_and_output_projection_share_one_matrix(position_yaml):
+    model = tiny_model(position_yaml)
+    src, tgt = torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4))
+    model.eval()
+    logits = model(src, tgt)
+    with torch.no_grad():
+        model.embedding.weight[7] += torch.randn(model.embedding.weight.shape[1])
+    assert not torch.allclose(model(src, tgt)[..., 7], logits[..., 7])
+    assert sum(
+        p.numel() for p in model.parameters() if p.shape == model.embedding.weight.shape
+    ) == (model.embedding.weight.numel())
+
+
+def test_attention_equals_the_reference_formula():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    keep = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    q, (k, v) = attn.query(x), attn.keys_values(x)
+    scores = q @ k.transpose(-1, -2) / (16 // 4) ** 0.5  # [B, H, T, T]
+    weights = scores.masked_fill(~keep, float("-inf")).softmax(-1)
+    expected = attn.out_proj((weights @ v).transpose(1, 2).flatten(2))
+    assert torch.allclose(attn.attend(q, k, v, keep), expected, atol=1e-6)
+
+
+def test_d_model_must_divide_into_heads():
+    with pytest.raises(ValueError, match="not divisible by model.n_heads"):
+        MultiHeadAttention(30, 4)
+
+
+def test_incremental_decoding_equals_teacher_forcing(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src = torch.randint(4, 40, (3, 7))
+    src[1, 4:] = 0
+    tgt = torch.randint(4, 40, (3, 9))
+    full = model(src, tgt)
+    memory, keep = model.encode(src)
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, t : t + 1], memory, keep, cache, offset=t) for t in range(9)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+
+
+def test_decoder_is_causal(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 8))
+    changed = tgt.clone()
+    changed[:, 5:] = torch.randint(4, 40, (2, 3))
+    a, b = model(src, tgt), model(src, changed)
+    assert torch.allclose(a[:, :5], b[:, :5], atol=1e-6)
+    assert not torch.allclose(a[:, 5:], b[:, 5:], atol=1e-4)
+
+
+def test_padding_does_not_change_real_positions(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src, tgt = torch.randint(4, 40, (1, 5)), torch.randint(4, 40, (1, 4))
+    alone = model(src, tgt)
+    padded_src = F.pad(src, (0, 3), value=0)
+    padded_tgt = F.pad(tgt, (0, 2), value=0)
+    other = torch.randint(4, 40, (1, 8)), torch.randint(4, 40, (1, 6))
+    batch = model(torch.cat((padded_src, other[0])), torch.cat((padded_tgt, other[1])))
+    assert torch.allclose(batch[0, :4], alone[0], atol=1e-5)
+
+
+def test_encoder_is_permutation_equivariant_only_without_positions(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # a trained learned table is not zero: make it count
+            if p.dim() == 2 and p.shape[0] == 64:
+                p.normal_()
+    src = torch.randint(4, 40, (2, 7))
+    perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
+    out, _ = model.encode(src)
+    out_perm, _ = model.encode(src[:, perm])
+    equivariant = torch.allclose(out[:, perm], out_perm, atol=1e-5)
+    assert equivariant == (position_yaml.stem == "none")
+
+
+def test_learned_overflow_in_the_model_is_the_clear_error():
+    from tests.conftest import POSITION_CONFIGS
+
+    learned = next(p for p in POSITION_CONFIGS if p.stem == "learned")
+    model = tiny_model(learned, max_positions=8)
+    with pytest.raises(ValueError, match="past the learned position table"):
+        model(torch.randint(4, 40, (1, 9)), torch.randint(4, 40, (1, 3)))
