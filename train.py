@@ -36,6 +36,15 @@ from model.transformer import count_parameters
 log = logging.getLogger("train")
 
 
+def on_rank_zero(value, otherwise=None):
+    """value in the main process (RANK 0, or no torchrun), otherwise elsewhere: a config resolver."""
+    return value if int(os.environ.get("RANK", 0)) == 0 else otherwise
+
+
+# Under torchrun only rank 0 writes Hydra's .hydra/ and train.log (configs/train.yaml).
+OmegaConf.register_new_resolver("on_rank_zero", on_rank_zero, replace=True)
+
+
 def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (§5.3), step from 1."""
     step = max(step, 1)
@@ -79,6 +88,13 @@ def train(cfg: DictConfig) -> dict:
     data = prepare_data(cfg.data, cfg.cache_dir, log=log.info)
     if world > 1 and rank == 0:
         dist.barrier()
+    if main_rank:
+        sizes = {name: len(split) for name, split in data.splits.items()}
+        tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
+        write_json(
+            run_dir / "data.json",
+            {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer},
+        )
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     dev_set = data.splits["validation"]
     model = instantiate(
@@ -304,6 +320,8 @@ def train(cfg: DictConfig) -> dict:
         write_json(run_dir / "metrics.json", metrics)
         writer.close()
         log.info(f"run directory: {run_dir}")
+    if world > 1:
+        dist.destroy_process_group()
     return metrics
 
 
