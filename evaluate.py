@@ -24,6 +24,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from data.batching import TokenBatchSampler, collate
+from data.corpus import DataError, load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from model.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, step_checkpoints
 from model.position import PositionRangeError
@@ -31,18 +32,28 @@ from model.search import beam_search, greedy_search
 
 log = logging.getLogger("evaluate")
 
-LENGTH_BUCKETS = [(1, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, None)]
+# Source-length buckets in words, (low, high) inclusive; high None = no upper bound.
+LENGTH_BUCKETS = [(0, 10), (11, 20), (21, 30), (31, 40), (41, 60), (61, None)]
+BUCKET_LABELS = [f"{low}-{high or ''}" for low, high in LENGTH_BUCKETS]  # '0-10', ..., '61-'
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write text to path atomically (temporary file, then rename): never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_json(path: str | Path, obj) -> None:
     """Write obj as indented JSON atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -108,58 +119,193 @@ def translate(
     max_len_b: int = 50,
     max_tokens: int = 4096,
 ) -> list[str]:
-    """Translations of sentences, batched by length; beam 1 is greedy search."""
+    """Translations of sentences, batched by length; beam 1 is greedy; an empty line gives ''."""
     model.eval()
-    src_ids = [ids + [EOS_ID] for ids in tokenizer.encode(list(sentences))]
+    encoded = tokenizer.encode(list(sentences))
+    todo = [i for i, ids in enumerate(encoded) if ids]
+    src_ids = [encoded[i] + [EOS_ID] for i in todo]
     lengths = [len(s) for s in src_ids]
-    out: list[str] = [""] * len(src_ids)
+    out: list[str] = [""] * len(encoded)
     budget = max(max_tokens // max(beam, 1), max(lengths, default=1))
-    for indices in TokenBatchSampler(lengths, lengths, budget, shuffle=False):
-        src = collate([{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in indices])["src"].to(
-            device
-        )
+    for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False) if todo else []:
+        src = collate([{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in batch])["src"]
+        src = src.to(device)  # [B, S]
         if beam == 1:
             hyps = greedy_search(model, src, BOS_ID, EOS_ID, max_len_b)
         else:
             hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
-        for i, text in zip(indices, tokenizer.decode(hyps), strict=True):
-            out[i] = text
+        for i, text in zip(batch, tokenizer.decode(hyps), strict=True):
+            out[todo[i]] = text
     return out
+
+
+def length_bucket(text: str) -> str:
+    """The LENGTH_BUCKETS label ('11-20', '61-') of a sentence's length in words."""
+    words = len(text.split())
+    return next(
+        label
+        for (_, high), label in zip(LENGTH_BUCKETS, BUCKET_LABELS, strict=True)
+        if high is None or words <= high
+    )
 
 
 def bleu_by_length(srcs: list[str], hyps: list[str], refs: list[str]) -> list[dict]:
     """sacreBLEU and sentence count per source-length bucket (words)."""
+    picked: dict[str, list[int]] = {}
+    for i, src in enumerate(srcs):
+        picked.setdefault(length_bucket(src), []).append(i)
     rows = []
-    for low, high in LENGTH_BUCKETS:
-        picked = [
-            i
-            for i, s in enumerate(srcs)
-            if low <= len(s.split()) and (high is None or len(s.split()) <= high)
-        ]
-        if picked:
-            bleu = sacrebleu_score([hyps[i] for i in picked], [refs[i] for i in picked])
-            rows.append({"bucket": f"{low}-{high or ''}", "n": len(picked), "bleu": round(bleu, 2)})
+    for label in BUCKET_LABELS:
+        if rows_of := picked.get(label):
+            bleu = sacrebleu_score([hyps[i] for i in rows_of], [refs[i] for i in rows_of])
+            rows.append({"bucket": label, "n": len(rows_of), "bleu": round(bleu, 2)})
     return rows
 
 
-def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
-    """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names."""
-    ckpt_dir = run_dir / "checkpoints"
-    if checkpoint.startswith("avg:"):
-        n = int(checkpoint[4:])
-        paths = step_checkpoints(ckpt_dir)[-n:]
-        if len(paths) < n:
-            raise CheckpointError(
-                f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in {ckpt_dir}"
+def fitting_lines(
+    model,
+    tokenizer: Tokenizer,
+    srcs: list[str],
+    refs: list[str] | None,
+    max_len_b: int,
+    long_inputs: str,
+    where: str,
+) -> tuple[list[int], dict[str, int]]:
+    """Indices of the pairs the position encodings hold, and the skipped count per length bucket.
+
+    A source of L subwords needs L + 1 encoder positions (its EOS) and L + max_len_b decoder
+    positions (the longest output search may produce); a reference of R subwords needs R + 1
+    decoder positions for teacher-forced perplexity. A pair that does not fit raises
+    PositionRangeError naming its line, or with long_inputs=skip is left out and counted.
+    """
+    src_ids = tokenizer.encode(list(srcs))
+    ref_ids = tokenizer.encode(list(refs)) if refs is not None else [None] * len(srcs)
+    kept, skipped = [], {}
+    for i, (src, ref) in enumerate(zip(src_ids, ref_ids, strict=True)):
+        needs = [
+            (model.encoder_position, len(src) + 1, f"source ({len(src)} subwords + EOS)", ""),
+            (
+                model.decoder_position,
+                len(src) + max_len_b,
+                f"output (source {len(src)} subwords + max_len_b={max_len_b})",
+                "lower max_len_b, or ",
+            ),
+        ]
+        if ref is not None:
+            needs.append(
+                (model.decoder_position, len(ref) + 1, f"reference ({len(ref)} subwords + BOS)", "")
             )
-        return average_checkpoints(paths), f"avg{n}"
-    if checkpoint in ("last", "best"):
+        for position, n_positions, what, also in needs:
+            try:
+                position.check_length(n_positions)
+            except PositionRangeError as e:
+                if long_inputs != "skip":
+                    raise PositionRangeError(
+                        f"line {i + 1} of {where}: its {what} needs {n_positions} positions, but "
+                        f"{e}; or {also}pass long_inputs=skip to leave such lines out"
+                    ) from e
+                bucket = length_bucket(srcs[i])
+                skipped[bucket] = skipped.get(bucket, 0) + 1
+                break
+        else:
+            kept.append(i)
+    skipped = {label: skipped[label] for label in BUCKET_LABELS if label in skipped}
+    if skipped:
+        log.warning(
+            f"skipped {sum(skipped.values())} of {len(srcs)} lines of {where} too long for the "
+            f"position encoding, per source-length bucket: {skipped}"
+        )
+    return kept, skipped
+
+
+def read_lines(path: str, field: str) -> list[str]:
+    """The lines of a UTF-8 text file given as `field=path`, or one clear DataError."""
+    try:
+        return Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as e:
+        raise DataError(f"{field}={path} does not exist: pass an existing text file") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{field}={path} is unreadable ({e}): pass a UTF-8 text file") from e
+
+
+def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
+    """Sources, references (None without ref_file) and a description, from src_file/ref_file."""
+    if not cfg.src_file:
+        raise DataError("ref_file is set without src_file: pass both, or a split=<name>")
+    srcs = read_lines(cfg.src_file, "src_file")
+    if not srcs:
+        raise DataError(f"src_file={cfg.src_file} is empty: pass a file of source sentences")
+    refs = read_lines(cfg.ref_file, "ref_file") if cfg.ref_file else None
+    if refs is not None and len(refs) != len(srcs):
+        raise DataError(
+            f"src_file={cfg.src_file} has {len(srcs)} lines but ref_file={cfg.ref_file} has "
+            f"{len(refs)}: pass line-aligned files"
+        )
+    return srcs, refs, str(cfg.src_file)
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Raise ValueError naming the first evaluation option out of range."""
+    if int(cfg.beam) < 1:
+        raise ValueError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
+    if int(cfg.max_len_b) < 1:
+        raise ValueError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
+    if cfg.long_inputs not in ("error", "skip"):
+        raise ValueError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
+    name = str(cfg.name or "")
+    if name and (Path(name).name != name or name in (".", "..")):
+        raise ValueError(f"name={cfg.name}: pass a plain file name (no directories)")
+
+
+def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
+    """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names.
+
+    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints.
+    """
+    run_dir = Path(run_dir)
+    ckpt_dir = run_dir / "checkpoints"
+    if not run_dir.is_dir():
+        raise CheckpointError(
+            f"run directory {run_dir} does not exist: pass run_dir=<a training run directory>"
+        )
+    if checkpoint in ("last", "best") or checkpoint.startswith("avg:"):
         if not ckpt_dir.is_dir():
             raise CheckpointError(
                 f"{run_dir} has no checkpoints/ directory: is it a training run directory?"
             )
-        return load_checkpoint(ckpt_dir / f"{checkpoint}.pt"), checkpoint
-    return load_checkpoint(checkpoint), Path(checkpoint).stem
+    if checkpoint.startswith("avg:"):
+        n = int(checkpoint[4:]) if checkpoint[4:].isdigit() else 0
+        if n < 1:
+            raise CheckpointError(f"checkpoint={checkpoint}: pass avg:N with N a positive integer")
+        paths = step_checkpoints(ckpt_dir)[-n:]
+        if len(paths) < n:
+            raise CheckpointError(
+                f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in {ckpt_dir}; "
+                "pass a smaller N"
+            )
+        return checked(average_checkpoints(paths), f"{checkpoint} in {ckpt_dir}"), f"avg{n}"
+    if checkpoint in ("last", "best"):
+        path = ckpt_dir / f"{checkpoint}.pt"
+        return checked(load_checkpoint(path), path), checkpoint
+    path = Path(checkpoint)
+    if not path.exists() and (ckpt_dir / checkpoint).is_file():
+        path = ckpt_dir / checkpoint
+    return checked(load_checkpoint(path), path), path.stem
+
+
+def checked(state, source) -> dict:
+    """state if it holds weights, config and tokenizer (what evaluation needs), else an error."""
+    missing = [
+        key
+        for key in ("model", "config", "tokenizer")
+        if not isinstance(state, dict) or key not in state
+    ]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {source} lacks {', '.join(missing)}: pass a checkpoint written by "
+            "train.py or scripts/average_checkpoints.py"
+        )
+    return state
 
 
 def rebuild_model(state: dict, device) -> tuple[torch.nn.Module, Tokenizer]:
@@ -169,44 +315,60 @@ def rebuild_model(state: dict, device) -> tuple[torch.nn.Module, Tokenizer]:
     if tokenizer.sha256 != state["tokenizer"]["sha256"]:
         raise CheckpointError(
             f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained with "
-            "(sha256 mismatch): restore that tokenizer file or retrain"
+            f"(sha256 {tokenizer.sha256[:12]} != {str(state['tokenizer']['sha256'])[:12]}): "
+            "restore that tokenizer file or retrain"
         )
     model = instantiate(
         config.model, position=config.position, vocab_size=tokenizer.vocab_size, pad_id=PAD_ID
     )
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        raise CheckpointError(
+            "checkpoint weights do not fit the model its config describes "
+            f"({str(e).strip().splitlines()[0]}): pass a checkpoint written by train.py"
+        ) from e
     return model.to(device).eval(), tokenizer
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Translate a split (or files) with a run's checkpoint and write and return the scores."""
-    from data.corpus import load_split
+    """Translate a split (or files) with a run's checkpoint; write and return the scores.
 
+    Nothing is written unless the whole evaluation succeeds; the hypotheses and the JSON are
+    each written atomically.
+    """
+    check_options(cfg)
+    if cfg.src_file or cfg.ref_file:
+        srcs, refs, where = read_sources(cfg)
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
     model, tokenizer = rebuild_model(state, device)
     if cfg.src_file:
-        srcs = Path(cfg.src_file).read_text(encoding="utf-8").splitlines()
-        refs = Path(cfg.ref_file).read_text(encoding="utf-8").splitlines() if cfg.ref_file else None
-        stem = Path(cfg.src_file).stem
+        name = cfg.name or Path(cfg.src_file).stem
     else:
         dataset = load_split(OmegaConf.create(state["config"]["data"]), cfg.split)
-        srcs, refs, stem = dataset["src"], dataset["tgt"], cfg.split
-    srcs, refs, skipped = drop_long_inputs(model, tokenizer, srcs, refs, cfg)
+        srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {cfg.split}"
+        name = cfg.name or f"{cfg.split}-{tag}-beam{cfg.beam}"
+    kept, skipped = fitting_lines(
+        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where
+    )
+    if not kept:
+        raise PositionRangeError(
+            f"no line of {where} fits the model's position table: nothing to evaluate"
+        )
+    srcs = [srcs[i] for i in kept]
+    refs = [refs[i] for i in kept] if refs is not None else None
     hyps = translate(
         model, tokenizer, srcs, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens
     )
-    name = cfg.name or f"{stem}-{tag}-beam{cfg.beam}"
-    out_dir = run_dir / "eval"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    hyp_path = out_dir / f"{name}.hyp"
-    hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    hyp_path = run_dir / "eval" / f"{name}.hyp"
     scores = {
         "name": name,
         "checkpoint": tag,
         "beam": cfg.beam,
         "lenpen": cfg.lenpen,
+        "max_len_b": cfg.max_len_b,
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "skipped": skipped,
@@ -225,35 +387,35 @@ def evaluate(cfg: DictConfig) -> dict:
             ppl=round(perplexity(model, src_ids, tgt_ids, cfg.max_tokens, device), 3),
             by_length=bleu_by_length(srcs, hyps, refs),
         )
-    write_json(out_dir / f"{name}.json", scores)
+    write_text(hyp_path, "".join(h + "\n" for h in hyps))
+    write_json(run_dir / "eval" / f"{name}.json", scores)
     return scores
 
 
-def drop_long_inputs(model, tokenizer, srcs, refs, cfg) -> tuple[list[str], list[str] | None, dict]:
-    """Sources the position encodings hold; others raise, or with long_inputs=skip are counted."""
-    kept, skipped = [], {}
-    for i, ids in enumerate(tokenizer.encode(list(srcs))):
-        try:
-            model.encoder_position.check_length(len(ids) + 1)
-            model.decoder_position.check_length(len(ids) + cfg.max_len_b)
-            kept.append(i)
-        except PositionRangeError as e:
-            if cfg.long_inputs != "skip":
-                raise PositionRangeError(
-                    f"source line {i + 1} ({len(ids)} subwords): {e}, or pass long_inputs=skip"
-                ) from e
-            words = len(srcs[i].split())
-            bucket = next(
-                f"{lo}-{hi or ''}"
-                for lo, hi in LENGTH_BUCKETS
-                if lo <= words and (hi is None or words <= hi)
-            )
-            skipped[bucket] = skipped.get(bucket, 0) + 1
-    if skipped:
-        log.warning(
-            f"skipped {sum(skipped.values())} sources too long for the position encoding: {skipped}"
-        )
-    return [srcs[i] for i in kept], [refs[i] for i in kept] if refs is not None else None, skipped
+def translate_stdin(cfg: DictConfig) -> None:
+    """Translate the lines of stdin to stdout, one line for each (skipped or empty lines: '')."""
+    for handler in logging.getLogger().handlers:  # stdout carries the translations only
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    check_options(cfg)
+    device = resolve_device(cfg.device)
+    model, tokenizer = rebuild_model(load_run(Path(cfg.run_dir), str(cfg.checkpoint))[0], device)
+    lines = [line.rstrip("\r\n") for line in sys.stdin]
+    kept, _ = fitting_lines(model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin")
+    out = [""] * len(lines)
+    hyps = translate(
+        model,
+        tokenizer,
+        [lines[i] for i in kept],
+        device,
+        cfg.beam,
+        cfg.lenpen,
+        cfg.max_len_b,
+        cfg.max_tokens,
+    )
+    for i, text in zip(kept, hyps, strict=True):
+        out[i] = text
+    sys.stdout.write("".join(text + "\n" for text in out))
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
@@ -261,15 +423,7 @@ def main(cfg: DictConfig) -> None:
     """Command-line entry: score (or translate stdin) and print; known errors as one line."""
     try:
         if cfg.translate:
-            device = resolve_device(cfg.device)
-            model, tokenizer = rebuild_model(
-                load_run(Path(cfg.run_dir), str(cfg.checkpoint))[0], device
-            )
-            lines = [line.rstrip("\n") for line in sys.stdin]
-            for text in translate(
-                model, tokenizer, lines, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens
-            ):
-                print(text)
+            translate_stdin(cfg)
             return
         scores = evaluate(cfg)
     except (ValueError, OSError) as e:
@@ -288,6 +442,8 @@ def main(cfg: DictConfig) -> None:
             f"sacreBLEU {scores['bleu']:.2f} on {scores['name']} "
             f"({scores['n_sentences']} sentences, {scores['signature']})"
         )
+    else:
+        print(f"translations of {scores['n_sentences']} lines in {scores['hypotheses']}")
 
 
 if __name__ == "__main__":

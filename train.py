@@ -3,7 +3,7 @@
 One loop, top to bottom: data -> model -> Adam with the §5.3 schedule -> token-budget batches
 accumulated to the effective batch -> label-smoothed loss -> periodic validation (dev PPL),
 checkpoints and metrics. Runs on a CPU, one GPU, or many under `torchrun` (DDP); resumes from
-`<run_dir>/checkpoints/last.pt` when the same run directory is given again.
+the newest readable checkpoint in `<run_dir>/checkpoints/` when the run directory is given again.
 """
 
 import logging
@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
@@ -30,15 +31,29 @@ from data.batching import TokenBatchSampler, collate
 from data.corpus import prepare_data
 from data.tokenizer import PAD_ID
 from evaluate import perplexity, resolve_device, sacrebleu_score, translate, write_json
-from model.checkpoint import load_latest_checkpoint, prune_checkpoints, save_checkpoint
+from model.checkpoint import (
+    load_latest_checkpoint,
+    prune_checkpoints,
+    remove_temporary_files,
+    save_checkpoint,
+)
 from model.transformer import count_parameters
 
 log = logging.getLogger("train")
 
 
+def process_rank() -> int:
+    """This process's rank: torchrun's RANK, SLURM's task id under the submitit launcher, or 0."""
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":
+        return int(os.environ.get("SLURM_PROCID", 0))
+    return 0
+
+
 def on_rank_zero(value, otherwise=None):
-    """value in the main process (RANK 0, or no torchrun), otherwise elsewhere: a config resolver."""
-    return value if int(os.environ.get("RANK", 0)) == 0 else otherwise
+    """value in the main process, otherwise elsewhere: a config resolver."""
+    return value if process_rank() == 0 else otherwise
 
 
 # Under torchrun only rank 0 writes Hydra's .hydra/ and train.log (configs/train.yaml).
@@ -97,9 +112,14 @@ def train(cfg: DictConfig) -> dict:
         )
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     dev_set = data.splits["validation"]
-    model = instantiate(
-        cfg.model, position=cfg.position, vocab_size=data.tokenizer.vocab_size, pad_id=PAD_ID
-    )
+    try:
+        model = instantiate(
+            cfg.model, position=cfg.position, vocab_size=data.tokenizer.vocab_size, pad_id=PAD_ID
+        )
+    except InstantiationException as e:  # a bad model/position setting: its own one-line error
+        if not isinstance(e.__cause__, ValueError):
+            raise
+        raise e.__cause__ from None
     model.to(device)
     n_params = count_parameters(model)
     log.info(f"model: {n_params:,} parameters, position={cfg.position._target_.rsplit('.', 1)[-1]}")
@@ -121,12 +141,22 @@ def train(cfg: DictConfig) -> dict:
         num_replicas=world,
         rank=rank,
     )
+    model.encoder_position.check_length(int(sampler.src_lengths.max(initial=1)))  # before any step
+    model.decoder_position.check_length(int(sampler.tgt_lengths.max(initial=1)))
     update_freq = cfg.trainer.update_freq or max(
         1, round(cfg.trainer.effective_tokens / (world * cfg.data.max_tokens))
     )
 
     step, best_ppl, tokens_seen, bad_steps = 0, math.inf, 0, 0
-    resumed = load_latest_checkpoint(ckpt_dir, warn=log.warning)
+    resumed = load_latest_checkpoint(
+        ckpt_dir,
+        warn=log.warning,
+        tokenizer_sha256=data.tokenizer.sha256,
+        config={k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "position")},
+    )
+    if main_rank:  # a killed save's temporary files; metrics.json returns when this work completes
+        remove_temporary_files(ckpt_dir)
+        (run_dir / "metrics.json").unlink(missing_ok=True)
     if resumed is not None:
         model.load_state_dict(resumed["model"])
         optimizer.load_state_dict(resumed["optimizer"])
@@ -351,6 +381,11 @@ def validate(model, dev_set, tokenizer, cfg, device, writer, step) -> float:
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
     """Command-line entry: train, and turn known errors into one line and exit status 1."""
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "RANK" not in os.environ:
+        from submitit.helpers import TorchDistributedEnvironment
+
+        # one SLURM task per GPU (configs/hydra/launcher/slurm.yaml): export torchrun's variables
+        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     try:
         train(cfg)
     except (ValueError, OSError, FloatingPointError) as e:

@@ -5,6 +5,7 @@ RNG states, sampler state, the resolved config as a dict, the tokenizer's path a
 it loads with ``torch.load(weights_only=True)``: nothing in a checkpoint can run code.
 """
 
+import errno
 import os
 import re
 import tempfile
@@ -12,25 +13,55 @@ from pathlib import Path
 
 import torch
 
+STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+TEMP_SUFFIX = ".tmp"
+
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable or not what was asked for."""
 
 
+def _os_error(error: BaseException) -> OSError | None:
+    """The OSError in an exception's chain (torch.save wraps a failed write in a RuntimeError)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 def save_checkpoint(state: dict, path: str | Path) -> None:
-    """Write state to path atomically: a temporary file, fsync, then rename over path."""
+    """Write state to path atomically: a temporary file, fsync, then rename over path.
+
+    A failed write (disk full, ...) removes the temporary file, leaves any previous file at path
+    untouched and raises one OSError saying what to do.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        raise
+        cause = _os_error(e)
+        if cause is None:
+            raise
+        advice = (
+            "free space on that disk, lower trainer.keep_last or set run_dir to another disk"
+            if cause.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "make the directory writable or set run_dir to another directory"
+        )
+        previous = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
+        raise OSError(
+            cause.errno,
+            f"{cause.strerror or cause} while writing checkpoint {path} ({previous}): {advice}",
+        ) from e
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -48,9 +79,6 @@ def load_checkpoint(path: str | Path) -> dict:
     except Exception as e:  # truncated file, foreign pickle, ...
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is unreadable or unsafe: {first_line}") from e
-
-
-STEP_FILE = re.compile(r"step_(\d+)\.pt$")
 
 
 def step_checkpoints(directory: str | Path) -> list[Path]:
@@ -82,22 +110,83 @@ def average_checkpoints(paths: list[Path]) -> dict:
     return first
 
 
-def load_latest_checkpoint(directory: str | Path, warn=print) -> dict | None:
-    """The newest readable of last.pt and step_<n>.pt in directory, None if there are none.
+def remove_temporary_files(directory: str | Path) -> list[Path]:
+    """Delete the temporary files that a killed save_checkpoint left in directory."""
+    removed = []
+    for path in Path(directory).glob(f".*.pt.*{TEMP_SUFFIX}"):
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
 
-    An unreadable file is skipped with a warning naming it; if files exist but none is
-    readable, CheckpointError (nothing is overwritten).
+
+def _config_differences(stored: dict, wanted: dict, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested config dicts, as 'key: a -> b'."""
+    out = []
+    for key in sorted(set(stored) | set(wanted), key=str):
+        a, b = stored.get(key), wanted.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _config_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a} -> {b}")
+    return out
+
+
+def check_compatible(
+    state: dict, path: Path, tokenizer_sha256: str | None = None, config: dict | None = None
+) -> None:
+    """Raise CheckpointError if a checkpoint was trained with another tokenizer or config."""
+    fix = "resume with the settings it was trained with or set a new run_dir"
+    trained_with = state.get("tokenizer", {}).get("sha256")
+    if tokenizer_sha256 is not None and trained_with != tokenizer_sha256:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with another tokenizer/vocabulary (sha256 "
+            f"{str(trained_with)[:12]}, this data config gives {tokenizer_sha256[:12]}): {fix}"
+        )
+    stored = {key: state.get("config", {}).get(key) for key in config or {}}
+    differences = _config_differences(stored, config or {})
+    if differences:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with another config ({'; '.join(differences)}): {fix}"
+        )
+
+
+def load_latest_checkpoint(
+    directory: str | Path,
+    warn=print,
+    tokenizer_sha256: str | None = None,
+    config: dict | None = None,
+) -> dict | None:
+    """The readable checkpoint with the highest step among last.pt and step_<n>.pt, or None.
+
+    last.pt can be older than the newest step_<n>.pt (a run killed between the two saves), so
+    the newest step file is preferred when its step is higher. An unreadable file is skipped
+    with a warning naming it; if files exist but none is readable, CheckpointError (nothing is
+    overwritten). With tokenizer_sha256 and config (top-level sections of the resolved config),
+    a checkpoint trained with other ones is refused with CheckpointError.
     """
     directory = Path(directory)
-    candidates = [directory / "last.pt", *reversed(step_checkpoints(directory))]
-    candidates = [p for p in candidates if p.is_file()]
-    for path in candidates:
+    last_path = directory / "last.pt"
+    candidates = [p for p in [last_path, *step_checkpoints(directory)] if p.is_file()]
+
+    def read(path: Path) -> dict | None:
         try:
             return load_checkpoint(path)
         except CheckpointError as e:
             warn(f"{e}; falling back to an older checkpoint")
-    if candidates:
+            return None
+
+    found, found_path = (read(last_path), last_path) if last_path.is_file() else (None, None)
+    for path in reversed(step_checkpoints(directory)):
+        if found is not None and int(STEP_FILE.search(path.name).group(1)) <= found["step"]:
+            break
+        state = read(path)
+        if state is not None and (found is None or state["step"] > found["step"]):
+            found, found_path = state, path
+            break
+    if found is None and candidates:
         raise CheckpointError(
             f"no readable checkpoint in {directory}: move the directory away to start afresh"
         )
-    return None
+    if found is not None:
+        check_compatible(found, found_path, tokenizer_sha256, config)
+    return found

@@ -2,16 +2,31 @@
 
 import json
 import math
+import os
+import shlex
+import subprocess
+import sys
 
 import pytest
 import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from data.tokenizer import BOS_ID, EOS_ID
-from evaluate import evaluate, load_run, rebuild_model, split_compounds, tokenized_bleu
+from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from evaluate import (
+    evaluate,
+    load_run,
+    rebuild_model,
+    split_compounds,
+    tokenized_bleu,
+    translate,
+)
+from model.checkpoint import CheckpointError
+from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
-from tests.conftest import compose_config
+from tests.conftest import ROOT, compose_config, tiny_run_overrides
+
+LEARNED_ROWS = 80
 
 
 def eval_config(run_dir, *overrides):
@@ -121,13 +136,276 @@ def test_checkpoint_choices(trained_run):
         ("best", "best"),
         ("avg:3", "avg3"),
         (str(trained_run / "checkpoints" / "step_200.pt"), "step_200"),
+        ("step_240.pt", "step_240"),  # a bare name is looked for in <run_dir>/checkpoints
     ):
         out = evaluate(
             eval_config(trained_run, f"checkpoint={choice}", "split=validation", "beam=1")
         )
         assert out["checkpoint"] == tag and out["n_sentences"] == 500
+    for choice, message in (("avg:0", "positive integer"), ("avg:99", "only 5 step checkpoints")):
+        with pytest.raises(CheckpointError, match=message):
+            evaluate(eval_config(trained_run, f"checkpoint={choice}"))
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="has no checkpoints"):
         evaluate(eval_config(tmp_path))
+
+
+def run_command(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run a command of this project as a user would, without HYDRA_FULL_ERROR."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.run(
+        [sys.executable, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+
+
+def toy_pairs(run_dir, split: str, n: int) -> tuple[list[str], list[str]]:
+    """The first n source and reference sentences of a split of the run's corpus."""
+    from data.corpus import load_split
+
+    state, _ = load_run(run_dir, "last")
+    dataset = load_split(state["config"]["data"], split)
+    return list(dataset["src"][:n]), list(dataset["tgt"][:n])
+
+
+def eval_files(run_dir) -> set[str]:
+    """The names of the files in <run_dir>/eval (none if it does not exist)."""
+    return {p.name for p in (run_dir / "eval").iterdir()} if (run_dir / "eval").is_dir() else set()
+
+
+def test_files_from_the_command_line(trained_run, tmp_path):
+    srcs, refs = toy_pairs(trained_run, "test", 40)
+    (tmp_path / "news.en").write_text("".join(s + "\n" for s in srcs), encoding="utf-8")
+    (tmp_path / "news.de").write_text("".join(r + "\n" for r in refs), encoding="utf-8")
+    files = [f"src_file={tmp_path / 'news.en'}", f"ref_file={tmp_path / 'news.de'}"]
+    done = run_command("evaluate.py", f"run_dir={trained_run}", *files, "beam=1")
+    assert done.returncode == 0, done.stderr
+    written = json.loads((trained_run / "eval" / "news.json").read_text())
+    hyps = (trained_run / "eval" / "news.hyp").read_text(encoding="utf-8").splitlines()
+    assert written["hypotheses"] == str(trained_run / "eval" / "news.hyp")
+    assert written["n_sentences"] == len(hyps) == 40 and written["beam"] == 1
+    assert written["bleu"] == round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+    lines = done.stdout.strip().splitlines()
+    assert lines[-2] == f"run directory: {trained_run}"
+    assert lines[-1].startswith(f"sacreBLEU {written['bleu']:.2f} on news (40 sentences")
+
+    mine = evaluate(eval_config(trained_run, *files, "beam=1", "name=mine"))
+    assert mine["name"] == "mine" and (trained_run / "eval" / "mine.json").is_file()
+    assert mine["bleu"] == written["bleu"]
+
+
+def test_sources_without_references_give_translations_only(trained_run, tmp_path):
+    srcs, _ = toy_pairs(trained_run, "test", 7)
+    (tmp_path / "plain.en").write_text("\n".join(srcs) + "\n", encoding="utf-8")
+    out = evaluate(eval_config(trained_run, f"src_file={tmp_path / 'plain.en'}", "beam=1"))
+    written = json.loads((trained_run / "eval" / "plain.json").read_text())
+    assert written == json.loads(json.dumps(out))
+    assert not {"bleu", "chrf", "tok_bleu", "ppl", "by_length"} & set(written)
+    hyps = open(written["hypotheses"], encoding="utf-8").read().splitlines()
+    assert len(hyps) == written["n_sentences"] == 7 and all(hyps)
+
+
+def test_bad_files_are_one_clear_error_and_write_nothing(trained_run, tmp_path):
+    from data.corpus import DataError
+
+    (tmp_path / "three.en").write_text("a\nb\nc\n", encoding="utf-8")
+    (tmp_path / "two.de").write_text("a\nb\n", encoding="utf-8")
+    before = eval_files(trained_run)
+    cases = [
+        ([f"src_file={tmp_path / 'nope.en'}"], "src_file=.*nope.en does not exist"),
+        (
+            [f"src_file={tmp_path / 'three.en'}", f"ref_file={tmp_path / 'nope.de'}"],
+            "ref_file=.*nope.de does not exist",
+        ),
+        (
+            [f"src_file={tmp_path / 'three.en'}", f"ref_file={tmp_path / 'two.de'}"],
+            "has 3 lines but ref_file=.*two.de has 2: pass line-aligned files",
+        ),
+        ([f"ref_file={tmp_path / 'two.de'}"], "ref_file is set without src_file"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(DataError, match=message):
+            evaluate(eval_config(trained_run, *overrides))
+    assert eval_files(trained_run) == before
+
+
+def test_translate_mode_reads_stdin(trained_run):
+    lines = ["The dog sees the cat .", "", "The woman reads a book ."]
+    done = run_command(
+        "evaluate.py", f"run_dir={trained_run}", "translate=true", stdin="\n".join(lines) + "\n"
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.split("\n")
+    assert len(out) == 4 and out[-1] == ""  # one line per input line, newline-terminated
+    assert out[1] == "" and out[0] and out[2]
+    state, _ = load_run(trained_run, "last")
+    model, tokenizer = rebuild_model(state, torch.device("cpu"))
+    assert out[:3] == translate(model, tokenizer, lines, torch.device("cpu"))
+
+
+def test_command_line_errors_are_one_line_and_exit_one(tmp_path):
+    missing = tmp_path / "no-such-run"
+    done = run_command("evaluate.py", f"run_dir={missing}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"error: run directory {missing} does not exist: pass run_dir=<a training run directory>"
+    ]
+    assert not missing.exists()  # a mistyped run_dir is not created
+
+
+def test_averaged_checkpoint_on_disk(trained_run, tmp_path):
+    steps = sorted((trained_run / "checkpoints").glob("step_*.pt"), key=lambda p: int(p.stem[5:]))[
+        -3:
+    ]
+    out = tmp_path / "avg3.pt"
+    done = run_command(
+        "scripts/average_checkpoints.py",
+        "--run-dir",
+        str(trained_run),
+        "--last",
+        "3",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    averaged = torch.load(out, weights_only=True)
+    inputs = [torch.load(p, weights_only=True) for p in steps]
+    for name, tensor in averaged["model"].items():
+        expected = torch.stack([s["model"][name].double() for s in inputs]).mean(0)
+        assert torch.allclose(tensor.double(), expected, atol=1e-6), name
+    assert not torch.equal(
+        averaged["model"]["embedding.weight"], inputs[-1]["model"]["embedding.weight"]
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name != "avg3.pt"]  # no temporary file left
+
+    srcs, refs = toy_pairs(trained_run, "test", 30)
+    (tmp_path / "few.en").write_text("\n".join(srcs) + "\n", encoding="utf-8")
+    (tmp_path / "few.de").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    files = [f"src_file={tmp_path / 'few.en'}", f"ref_file={tmp_path / 'few.de'}", "beam=1"]
+    on_disk = evaluate(eval_config(trained_run, *files, f"checkpoint={out}", "name=avg-disk"))
+    in_memory = evaluate(eval_config(trained_run, *files, "checkpoint=avg:3", "name=avg-mem"))
+    assert on_disk["checkpoint"] == "avg3" and in_memory["checkpoint"] == "avg3"
+    assert open(on_disk["hypotheses"]).read() == open(in_memory["hypotheses"]).read()
+    assert on_disk["bleu"] == in_memory["bleu"]
+
+
+def test_checkpoint_from_another_tokenizer_is_refused(trained_run, tmp_path):
+    state = torch.load(trained_run / "checkpoints" / "last.pt", weights_only=True)
+    state["tokenizer"]["sha256"] = "0" * 64
+    torch.save(state, tmp_path / "foreign.pt")
+    before = eval_files(trained_run)
+    with pytest.raises(CheckpointError, match=r"differs from .*\(sha256 \w{12} != 000000000000\)"):
+        evaluate(eval_config(trained_run, f"checkpoint={tmp_path / 'foreign.pt'}"))
+    with pytest.raises(CheckpointError, match="nope.pt does not exist"):
+        evaluate(eval_config(trained_run, f"checkpoint={tmp_path / 'nope.pt'}"))
+    assert eval_files(trained_run) == before
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
+    from tests.test_checkpoint import RunsCode, fake_state
+
+    marker = tmp_path / "pwned"
+    torch.save(
+        {**fake_state(1), "extra": RunsCode(f"touch {shlex.quote(str(marker))}")},
+        tmp_path / "evil.pt",
+    )
+    with pytest.raises(CheckpointError, match="unreadable or unsafe"):
+        evaluate(eval_config(tmp_path, f"checkpoint={tmp_path / 'evil.pt'}"))
+    assert not marker.exists()
+
+
+@pytest.fixture(scope="module")
+def learned_run(tmp_path_factory, cache_dir):
+    """A few steps of a learned-position run whose table (80 rows) test_long overflows."""
+    from train import train
+
+    run_dir = tmp_path_factory.mktemp("learned")
+    overrides = ["position=learned", f"model.max_positions={LEARNED_ROWS}"]
+    overrides += [f"data.max_len={LEARNED_ROWS}", "trainer.max_steps=10", "trainer.eval_every=10"]
+    train(compose_config(tiny_run_overrides(run_dir, cache_dir, *overrides)))
+    return run_dir
+
+
+def subword_lengths(run_dir, texts: list[str]) -> list[int]:
+    state, _ = load_run(run_dir, "last")
+    return [len(ids) for ids in Tokenizer(state["tokenizer"]["path"]).encode(texts)]
+
+
+def test_long_source_for_a_learned_table_is_one_clear_error(learned_run, tmp_path):
+    srcs, refs = toy_pairs(learned_run, "test_long", 500)
+    src_len, ref_len = subword_lengths(learned_run, srcs), subword_lengths(learned_run, refs)
+    first = next(
+        i for i in range(500) if max(src_len[i] + 1, src_len[i] + 50, ref_len[i] + 1) > LEARNED_ROWS
+    )
+    with pytest.raises(PositionRangeError) as error:
+        evaluate(eval_config(learned_run, "split=test_long"))
+    message = str(error.value)
+    assert "\n" not in message
+    assert src_len[first] + 1 <= LEARNED_ROWS  # so the decoder's limit is the one it hits
+    assert message.startswith(
+        f"line {first + 1} of split test_long: its output (source {src_len[first]} subwords "
+        f"+ max_len_b=50) needs {src_len[first] + 50} positions"
+    )
+    assert f"model.max_positions={LEARNED_ROWS}" in message
+    assert "lower max_len_b" in message and "long_inputs=skip" in message
+    assert eval_files(learned_run) == set()
+
+    longest = max(range(500), key=src_len.__getitem__)
+    assert src_len[longest] + 1 > LEARNED_ROWS  # the encoder alone cannot hold this one
+    (tmp_path / "long.en").write_text(srcs[longest] + "\n", encoding="utf-8")
+    with pytest.raises(PositionRangeError) as error:
+        evaluate(eval_config(learned_run, f"src_file={tmp_path / 'long.en'}", "max_len_b=1"))
+    assert str(error.value).startswith(
+        f"line 1 of {tmp_path / 'long.en'}: its source ({src_len[longest]} subwords + EOS) "
+        f"needs {src_len[longest] + 1} positions"
+    )
+    assert eval_files(learned_run) == set()
+
+
+def test_long_inputs_skip_counts_per_length_bucket(learned_run, tmp_path):
+    srcs, refs = toy_pairs(learned_run, "test_long", 500)
+    src_len, ref_len = subword_lengths(learned_run, srcs), subword_lengths(learned_run, refs)
+    max_len_b = 5
+    over = [
+        i
+        for i in range(500)
+        if max(src_len[i] + 1, src_len[i] + max_len_b, ref_len[i] + 1) > LEARNED_ROWS
+    ]
+    only_decoder = [i for i in over if src_len[i] + 1 <= LEARNED_ROWS < src_len[i] + max_len_b]
+    assert 0 < len(over) < 500 and only_decoder  # the test covers both limits
+    expected: dict[str, int] = {}
+    for i in over:
+        words = len(srcs[i].split())
+        label = "21-30" if words <= 30 else "31-40" if words <= 40 else "41-60"
+        expected[label] = expected.get(label, 0) + 1
+    out = evaluate(
+        eval_config(
+            learned_run, "split=test_long", "long_inputs=skip", f"max_len_b={max_len_b}", "beam=1"
+        )
+    )
+    assert out["skipped"] == expected
+    assert out["n_sentences"] == 500 - len(over) == sum(row["n"] for row in out["by_length"])
+    hyps = open(out["hypotheses"], encoding="utf-8").read().splitlines()
+    kept_refs = [refs[i] for i in range(500) if i not in set(over)]
+    assert out["bleu"] == round(sacrebleu.corpus_bleu(hyps, [kept_refs]).score, 2)
+
+    (tmp_path / "long.en").write_text("\n".join(srcs) + "\n", encoding="utf-8")
+    sources_only = evaluate(
+        eval_config(
+            learned_run,
+            f"src_file={tmp_path / 'long.en'}",
+            "long_inputs=skip",
+            f"max_len_b={max_len_b}",
+            "beam=1",
+        )
+    )
+    over_decoder = sum(n + max_len_b > LEARNED_ROWS for n in src_len)
+    assert sum(sources_only["skipped"].values()) == over_decoder
+    assert over_decoder > sum(n + 1 > LEARNED_ROWS for n in src_len)  # more than the encoder's

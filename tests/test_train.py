@@ -46,6 +46,8 @@ def test_a_tiny_run_writes_metrics_checkpoints_and_logs(trained_run):
     assert state["step"] == 240 and state["config"]["model"]["d_model"] == 64
     assert state["tokenizer"]["sha256"] and state["sampler"]["epoch"] >= 0
     assert any((trained_run / "tensorboard").iterdir())
+    data = json.loads((trained_run / "data.json").read_text())
+    assert data["train_cleaning"]["kept"] == data["splits"]["train"] == 3000
 
 
 def test_resume_reaches_bitwise_the_same_parameters(tmp_path, cache_dir):

@@ -1,0 +1,81 @@
+"""Average checkpoints: `python scripts/average_checkpoints.py --run-dir DIR --last 5 --out F`.
+
+Or name the inputs: `python scripts/average_checkpoints.py A.pt B.pt ... --out F`. The written
+file is the oldest input with its model weights replaced by the element-wise mean over all inputs
+(the paper's Table 2 averages the last 5 checkpoints; Table 3 averages none), saved atomically;
+it loads with weights_only and evaluates with `python evaluate.py run_dir=DIR checkpoint=F`.
+`checkpoint=avg:N` does the same in memory without writing anything.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from model.checkpoint import (
+    STEP_FILE,
+    CheckpointError,
+    average_checkpoints,
+    save_checkpoint,
+    step_checkpoints,
+)
+
+TRAINING_NAMES = ("last.pt", "best.pt")
+
+
+def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) -> list[Path]:
+    """The named inputs, or the last N step checkpoints of a run directory (oldest first)."""
+    if bool(run_dir) == bool(inputs):
+        raise CheckpointError("pass either checkpoint files or --run-dir DIR, not both or neither")
+    if inputs:
+        return inputs
+    if last < 1:
+        raise CheckpointError(f"--last {last}: pass a positive number of checkpoints")
+    ckpt_dir = run_dir / "checkpoints"
+    if not ckpt_dir.is_dir():
+        raise CheckpointError(f"{run_dir} has no checkpoints/ directory: is it a training run?")
+    paths = step_checkpoints(ckpt_dir)[-last:]
+    if len(paths) < last:
+        raise CheckpointError(
+            f"--last {last}: only {len(paths)} step checkpoints in {ckpt_dir}; pass a smaller N"
+        )
+    return paths
+
+
+def write_average(paths: list[Path], out: Path) -> dict:
+    """Average the model weights of paths and write the result to out atomically; return it."""
+    if out.name in TRAINING_NAMES or STEP_FILE.search(out.name):
+        raise CheckpointError(
+            f"--out {out}: step_<n>.pt, last.pt and best.pt are training's own names; pick another"
+        )
+    try:
+        state = average_checkpoints(paths)
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(
+            f"checkpoints {', '.join(map(str, paths))} hold different models ({e!r}): "
+            "average checkpoints of one run"
+        ) from e
+    save_checkpoint(state, out)
+    return state
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry: write the average; known errors as one line and exit status 1."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("inputs", nargs="*", type=Path, help="checkpoint files to average")
+    parser.add_argument("--run-dir", type=Path, help="a training run directory")
+    parser.add_argument(
+        "--last", type=int, default=5, help="with --run-dir: the last N step checkpoints"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="the averaged checkpoint file")
+    args = parser.parse_args(argv)
+    try:
+        paths = checkpoints_to_average(args.run_dir, args.last, args.inputs)
+        write_average(paths, args.out)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    print(f"wrote {args.out}: the mean of {len(paths)} checkpoints ({paths[0]} ... {paths[-1]})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""model/checkpoint.py: atomic saves, code-free loading, rotation, averaging, fallback."""
+
+import os
+import pickle
+import shlex
+
+import pytest
+import torch
+
+from model.checkpoint import (
+    CheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+    load_latest_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    step_checkpoints,
+)
+
+
+def fake_state(step: int, seed: int | None = None) -> dict:
+    """A checkpoint-shaped dict with random weights (float32 and a float64 buffer)."""
+    generator = torch.Generator().manual_seed(step if seed is None else seed)
+    return {
+        "model": {
+            "w": torch.randn(3, 4, generator=generator),
+            "b": torch.randn(4, generator=generator, dtype=torch.float64),
+        },
+        "step": step,
+        "config": {"model": {"d_model": 4}},
+        "tokenizer": {"path": "spm.model", "sha256": "ab" * 32},
+    }
+
+
+class RunsCode:
+    """Pickles as a call of os.system: unpickling it would run a shell command."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def test_save_is_atomic_and_leaves_no_temporary_files(tmp_path):
+    path = tmp_path / "checkpoints" / "last.pt"
+    save_checkpoint(fake_state(1), path)
+    save_checkpoint(fake_state(2), path)
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
+    assert load_checkpoint(path)["step"] == 2
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # a lambda cannot be pickled
+        save_checkpoint({**fake_state(3), "bad": lambda: None}, path)
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
+    assert load_checkpoint(path)["step"] == 2  # the previous file is intact
+
+
+def test_prune_keeps_the_newest_steps_by_number(tmp_path):
+    for step in (1, 2, 10, 20, 100):
+        save_checkpoint(fake_state(step), tmp_path / f"step_{step}.pt")
+    save_checkpoint(fake_state(100), tmp_path / "last.pt")
+    assert [p.name for p in step_checkpoints(tmp_path)] == [
+        "step_1.pt",
+        "step_2.pt",
+        "step_10.pt",
+        "step_20.pt",
+        "step_100.pt",
+    ]
+    prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "step_100.pt", "step_20.pt"]
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    paths = [tmp_path / f"step_{s}.pt" for s in (1, 2, 3)]
+    for step, path in zip((1, 2, 3), paths, strict=True):
+        save_checkpoint(fake_state(step), path)
+    averaged = average_checkpoints(paths)
+    states = [fake_state(s) for s in (1, 2, 3)]
+    for name in ("w", "b"):
+        expected = sum(s["model"][name].double() for s in states) / 3
+        assert averaged["model"][name].dtype == states[0]["model"][name].dtype
+        assert torch.allclose(averaged["model"][name].double(), expected, atol=1e-6)
+    assert not torch.equal(averaged["model"]["w"], states[0]["model"]["w"])
+    assert averaged["step"] == 1 and averaged["averaged"] == [str(p) for p in paths]
+    with pytest.raises(CheckpointError, match="no checkpoints"):
+        average_checkpoints([])
+
+
+def test_latest_falls_back_past_a_truncated_last_with_a_warning(tmp_path):
+    save_checkpoint(fake_state(5), tmp_path / "step_5.pt")
+    save_checkpoint(fake_state(10), tmp_path / "last.pt")
+    data = (tmp_path / "last.pt").read_bytes()
+    (tmp_path / "last.pt").write_bytes(data[: len(data) // 2])
+    warnings = []
+    state = load_latest_checkpoint(tmp_path, warn=warnings.append)
+    assert state["step"] == 5
+    assert len(warnings) == 1 and str(tmp_path / "last.pt") in warnings[0]
+
+
+def test_latest_is_a_clear_error_when_nothing_is_readable(tmp_path):
+    assert load_latest_checkpoint(tmp_path) is None  # a fresh run directory
+    (tmp_path / "last.pt").write_bytes(b"not a checkpoint")
+    (tmp_path / "step_3.pt").write_bytes(b"")
+    warnings = []
+    with pytest.raises(CheckpointError, match="no readable checkpoint in"):
+        load_latest_checkpoint(tmp_path, warn=warnings.append)
+    assert len(warnings) == 2
+    assert (tmp_path / "last.pt").read_bytes() == b"not a checkpoint"  # nothing overwritten
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "nope.pt")
+
+
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    torch.save({**fake_state(1), "extra": RunsCode(f"touch {shlex.quote(str(marker))}")}, path)
+    with pytest.raises(CheckpointError, match="unreadable or unsafe"):
+        load_checkpoint(path)
+    assert not marker.exists()
+    torch.load(path, weights_only=False)  # the file is really hostile: a plain load runs it
+    assert marker.exists()

@@ -1,0 +1,274 @@
+"""scripts/compare.py on real-format run folders, and the SLURM launcher config."""
+
+import json
+import math
+import os
+import random
+import statistics
+
+import pytest
+import sacrebleu
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from scripts.compare import main, t_quantile
+from tests.conftest import CONFIG_DIR, compose_config
+
+DROP = {"SinusoidalPositionEncoding": 0.05, "LearnedPositionEncoding": 0.1}
+VARIANT = {"SinusoidalPositionEncoding": "sinusoidal", "LearnedPositionEncoding": "learned"}
+DATA = ["data.corpus.train_size=10"]
+
+
+@pytest.fixture(scope="module")
+def toy_validation():
+    """Sources and references of the toy validation split, as the runs' config names it."""
+    from data.corpus import load_split
+
+    split = load_split(compose_config(DATA).data, "validation")
+    return list(split["src"]), list(split["tgt"])
+
+
+def corrupt(refs: list[str], drop: float, seed: int) -> list[str]:
+    """References with each word dropped with probability drop: a worse system for larger drop."""
+    rng = random.Random(seed)
+    return [" ".join(w for w in ref.split() if rng.random() >= drop) for ref in refs]
+
+
+def make_run(root, position: str, seed: int, toy_validation, name="validation-last-beam4"):
+    """A run folder as train.py + evaluate.py write it, with hypotheses of a known quality."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from evaluate import bleu_by_length, tokenized_bleu
+
+    srcs, refs = toy_validation
+    run = root / f"position={VARIANT[position]},seed={seed}"
+    (run / ".hydra").mkdir(parents=True)
+    OmegaConf.save(
+        compose_config([*DATA, f"position={VARIANT[position]}", f"seed={seed}"]),
+        run / ".hydra" / "config.yaml",
+    )
+    curve = [(100 * k, 40.0 / k + DROP[position] + seed / 100) for k in range(1, 5)]
+    writer = SummaryWriter(run / "tensorboard")
+    for step, ppl in curve:
+        writer.add_scalar("dev/ppl", ppl, step)
+    writer.close()
+    metrics = {
+        "complete": True,
+        "steps": 400 + seed,
+        "wall_seconds": 3600.0 * seed,
+        "dev_ppl": curve[-1][1],
+        "parameters": 1_000_000,
+        "position": position,
+        "seed": seed,
+    }
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    hyps = corrupt(refs, DROP[position], seed)
+    (run / "eval").mkdir()
+    hyp_path = run / "eval" / f"{name}.hyp"
+    hyp_path.write_text("".join(h + "\n" for h in hyps))
+    scores = {
+        "name": name,
+        "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+        "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2",
+        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        "tok_bleu": round(tokenized_bleu(hyps, refs), 2),
+        "ppl": curve[-1][1],
+        "n_sentences": len(hyps),
+        "hypotheses": str(hyp_path),
+        "by_length": bleu_by_length(srcs, hyps, refs),
+    }
+    (run / "eval" / f"{name}.json").write_text(json.dumps(scores))
+    return run, metrics, scores, curve
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, toy_validation):
+    """A multirun folder: sinusoidal and learned, seeds 1 and 2, and compare's result on it."""
+    root = tmp_path_factory.mktemp("multirun")
+    runs = {(VARIANT[p], s): make_run(root, p, s, toy_validation) for p in DROP for s in (1, 2)}
+    result = main([str(root)])
+    return root, runs, result
+
+
+def test_table_rows_are_the_means_over_seeds(sweep):
+    root, runs, result = sweep
+    rows = {row["variant"]: row for row in result["variants"]}
+    assert [row["variant"] for row in result["variants"]] == ["sinusoidal", "learned"]
+    for variant, row in rows.items():
+        bleu = [runs[variant, s][2]["bleu"] for s in (1, 2)]
+        ppl = [runs[variant, s][1]["dev_ppl"] for s in (1, 2)]
+        assert row["n"] == 2 and row["seeds"] == [1, 2]
+        assert row["bleu_mean"] == pytest.approx(statistics.fmean(bleu))
+        assert row["bleu_std"] == pytest.approx(statistics.stdev(bleu))
+        assert row["dev_ppl_mean"] == pytest.approx(statistics.fmean(ppl))
+        assert row["tok_bleu_mean"] == pytest.approx(
+            statistics.fmean(runs[variant, s][2]["tok_bleu"] for s in (1, 2))
+        )
+        assert row["hours"] == pytest.approx(1.5) and row["steps"] == round(401.5)
+    assert (rows["sinusoidal"]["paper_ppl"], rows["sinusoidal"]["paper_bleu"]) == (4.92, 25.8)
+    assert (rows["learned"]["paper_ppl"], rows["learned"]["paper_bleu"]) == (4.92, 25.7)
+
+    table = (root / "compare" / "compare.md").read_text()
+    sin = rows["sinusoidal"]
+    assert f"| sinusoidal | 1, 2 (2) | {sin['dev_ppl_mean']:.2f} ± {sin['dev_ppl_std']:.2f} " in (
+        table
+    )
+    assert f"{sin['bleu_mean']:.2f} ± {sin['bleu_std']:.2f}" in table
+    assert "tokenized" in table and "newstest2013" in table
+
+
+def test_difference_across_seeds_is_a_paired_t_interval(sweep):
+    _, runs, result = sweep
+    (diff,) = result["differences"]
+    assert (diff["variant"], diff["baseline"]) == ("learned", "sinusoidal")
+    seeds = diff["across_seeds"]
+    d = [runs["learned", s][2]["bleu"] - runs["sinusoidal", s][2]["bleu"] for s in (1, 2)]
+    half = math.tan(math.pi * 0.475) * statistics.stdev(d) / math.sqrt(2)  # Cauchy = t with df 1
+    assert seeds["method"].startswith("paired") and seeds["df"] == 1
+    assert seeds["difference"] == pytest.approx(statistics.fmean(d))
+    assert seeds["low"] == pytest.approx(statistics.fmean(d) - half)
+    assert seeds["high"] == pytest.approx(statistics.fmean(d) + half)
+
+
+def test_paired_bootstrap_finds_the_worse_system(sweep, toy_validation):
+    root, runs, result = sweep
+    boot = result["differences"][0]["bootstrap"]
+    refs = toy_validation[1]
+    hyps = {v: corrupt(refs, DROP[p], 1) for p, v in VARIANT.items()}
+    expected = (
+        sacrebleu.corpus_bleu(hyps["learned"], [refs]).score
+        - sacrebleu.corpus_bleu(hyps["sinusoidal"], [refs]).score
+    )
+    assert boot["seeds"] == [1, 1] and boot["resamples"] == 1000
+    assert boot["difference"] == pytest.approx(expected)
+    assert boot["low"] < expected < boot["high"] < 0
+    assert boot["p_value"] < 0.05
+    assert "bs:1000" in boot["signature"]
+    assert "paired bootstrap" in (root / "compare" / "compare.md").read_text()
+
+
+def test_files_and_curves_are_written(sweep):
+    root, runs, result = sweep
+    out = root / "compare"
+    for name in ("bleu_by_variant.png", "bleu_by_length.png", "dev_ppl_curves.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "compare.json").read_text()) == json.loads(json.dumps(result))
+    for run in result["runs"]:
+        curve = runs[run["variant"], run["seed"]][3]
+        assert [step for step, _ in run["dev_ppl_curve"]] == [step for step, _ in curve]
+        assert [ppl for _, ppl in run["dev_ppl_curve"]] == pytest.approx([p for _, p in curve])
+    for bucket in result["variants"][0]["by_length"]:
+        per_seed = [
+            row["bleu"]
+            for s in (1, 2)
+            for row in runs["sinusoidal", s][2]["by_length"]
+            if row["bucket"] == bucket["bucket"]
+        ]
+        assert bucket["bleu_mean"] == pytest.approx(statistics.fmean(per_seed))
+
+
+def test_unpaired_seeds_use_welch_and_eval_can_be_named(tmp_path, toy_validation):
+    make_run(tmp_path, "SinusoidalPositionEncoding", 1, toy_validation, name="mine")
+    make_run(tmp_path, "SinusoidalPositionEncoding", 2, toy_validation, name="mine")
+    make_run(tmp_path, "LearnedPositionEncoding", 3, toy_validation, name="mine")
+    make_run(tmp_path, "LearnedPositionEncoding", 4, toy_validation, name="mine")
+    result = main(
+        [str(tmp_path), "--eval", "mine", "--resamples", "0", "--out", str(tmp_path / "o")]
+    )
+    seeds = result["differences"][0]["across_seeds"]
+    assert seeds["method"].startswith("Welch") and seeds["seeds"] == [1, 2, 3, 4]
+    assert seeds["low"] < seeds["difference"] < seeds["high"]
+    assert result["differences"][0]["bootstrap"] is None
+    assert (tmp_path / "o" / "compare.md").is_file()
+
+
+def test_t_quantile_matches_closed_forms():
+    assert t_quantile(0.95, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-9)
+    assert t_quantile(0.95, 2) == pytest.approx(math.sqrt(2 * 0.95**2 / (1 - 0.95**2)), rel=1e-9)
+    assert t_quantile(0.95, 5000) == pytest.approx(statistics.NormalDist().inv_cdf(0.975), abs=1e-3)
+
+
+def error_of(capsys, *argv) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*map(str, argv)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err
+    return err
+
+
+def test_errors_are_one_clear_line(tmp_path, capsys, toy_validation):
+    assert "no run directories" in error_of(capsys, tmp_path)
+    unfinished = tmp_path / "unfinished"
+    (unfinished / ".hydra").mkdir(parents=True)
+    assert "has no metrics.json" in error_of(capsys, unfinished)
+
+    run = make_run(tmp_path / "a", "SinusoidalPositionEncoding", 1, toy_validation)[0]
+    assert "python evaluate.py run_dir=" in error_of(capsys, run, "--eval", "nope")
+    (run / "eval" / "validation-last-beam4.json").unlink()
+    assert "python evaluate.py run_dir=" in error_of(capsys, run)
+
+    make_run(tmp_path / "b", "SinusoidalPositionEncoding", 1, toy_validation, name="validation-x")
+    make_run(tmp_path / "b", "LearnedPositionEncoding", 1, toy_validation, name="validation-y")
+    assert "--eval NAME" in error_of(capsys, tmp_path / "b")
+
+
+def test_compare_reads_a_real_run(trained_run, tmp_path):
+    from evaluate import evaluate
+
+    scores = evaluate(compose_config([f"run_dir={trained_run}"], config_name="evaluate"))
+    metrics = json.loads((trained_run / "metrics.json").read_text())
+    result = main(
+        [str(trained_run), "--eval", scores["name"], "--out", str(tmp_path), "--resamples", "0"]
+    )
+    (row,) = result["variants"]
+    assert row["variant"] == "sinusoidal" and row["bleu_mean"] == scores["bleu"]
+    assert row["dev_ppl_mean"] == metrics["dev_ppl"] and row["steps"] == metrics["steps"]
+    curve = result["runs"][0]["dev_ppl_curve"]
+    assert curve[-1][0] == metrics["steps"]
+    assert curve[-1][1] == pytest.approx(metrics["dev_ppl"], rel=1e-6)
+
+
+def launcher_config(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_slurm_launcher_composes_one_rank_per_gpu():
+    cfg = launcher_config("hydra/launcher=slurm", "experiment=table3_base")
+    launcher = cfg.hydra.launcher
+    assert (
+        launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    )
+    assert launcher.nodes == 1 and launcher.gpus_per_node == launcher.tasks_per_node == 8
+    assert launcher.partition is None and launcher.timeout_min > 0
+
+
+def test_slurm_launcher_submits_eight_tasks(tmp_path, monkeypatch):
+    plugin = pytest.importorskip(
+        "hydra_plugins.hydra_submitit_launcher.config",
+        reason="the SLURM launcher needs `pip install -e .[slurm]` (hydra-submitit-launcher)",
+    )
+    import submitit
+
+    cfg = launcher_config("hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    schema = set(OmegaConf.structured(plugin.SlurmQueueConf).keys())
+    assert set(cfg.hydra.launcher.keys()) <= schema
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "srun").write_text("#!/bin/sh\n")
+    (fake_bin / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
+    submitted = {}
+
+    def capture(executor, fn, *iterables):
+        submitted["sbatch"] = executor._executor._make_submission_file_text("python -m x", "0")
+        return []
+
+    monkeypatch.setattr(submitit.AutoExecutor, "map_array", capture)
+    launcher = instantiate(cfg.hydra.launcher)
+    launcher.setup(hydra_context=None, task_function=None, config=cfg)
+    assert launcher.launch([["position=learned", "seed=1"]], initial_job_idx=0) == []
+    for line in ("--gpus-per-node=8", "--ntasks-per-node=8", "--nodes=1", "--time=720"):
+        assert f"#SBATCH {line}" in submitted["sbatch"]
