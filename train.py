@@ -9,6 +9,7 @@ the newest readable checkpoint in `<run_dir>/checkpoints/` when the run director
 import logging
 import math
 import os
+import resource
 import sys
 import time
 from contextlib import nullcontext
@@ -206,21 +207,14 @@ def train(cfg: DictConfig) -> dict:
     bar = tqdm(
         total=cfg.trainer.max_steps, initial=step, disable=not (main_rank and sys.stderr.isatty())
     )
-    interval_tokens, interval_start, loss_avg, dev_ppl, dev_step = (
-        0,
-        time.monotonic(),
-        None,
-        None,
-        None,
-    )
+    interval_tokens, interval_start, loss_avg = 0, time.monotonic(), None
+    dev_ppl = dev_bleu = dev_step = None
 
     def check_dev() -> None:
-        nonlocal dev_ppl, dev_step, best_ppl
+        nonlocal dev_ppl, dev_bleu, dev_step, best_ppl
         if main_rank:
-            dev_ppl, dev_step = (
-                validate(model, dev_set, data.tokenizer, cfg, device, writer, step),
-                step,
-            )
+            dev_ppl, dev_bleu = validate(model, dev_set, data.tokenizer, cfg, device, writer, step)
+            dev_step = step
             if dev_ppl < best_ppl:
                 best_ppl = dev_ppl
                 save("best.pt")
@@ -305,9 +299,10 @@ def train(cfg: DictConfig) -> dict:
             ]:
                 writer.add_scalar(f"train/{name}", value, step)
             if device.type == "cuda":
-                writer.add_scalar(
-                    "train/memory_gib", torch.cuda.max_memory_allocated(device) / 2**30, step
-                )
+                memory = torch.cuda.max_memory_allocated(device) / 2**30
+            else:  # peak resident memory of the process (Linux reports KiB)
+                memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+            writer.add_scalar("train/memory_gib", memory, step)
             interval_tokens, interval_start = 0, time.monotonic()
 
         if step % cfg.trainer.eval_every == 0:
@@ -339,6 +334,7 @@ def train(cfg: DictConfig) -> dict:
         "tokens_seen": tokens_seen,
         "train_loss": loss_avg,
         "dev_ppl": dev_ppl,
+        "dev_bleu_greedy": dev_bleu,
         "tokens_per_s": round(tokens_seen / max(time.monotonic() - start, 1e-9), 1),
         "parameters": n_params,
         "position": cfg.position._target_.rsplit(".", 1)[-1],
@@ -355,12 +351,12 @@ def train(cfg: DictConfig) -> dict:
     return metrics
 
 
-def validate(model, dev_set, tokenizer, cfg, device, writer, step) -> float:
-    """Dev perplexity per target subword (Table 3's PPL), plus greedy BLEU on a few sentences."""
+def validate(model, dev_set, tokenizer, cfg, device, writer, step) -> tuple[float, float | None]:
+    """Dev perplexity per target subword (Table 3's PPL), and greedy BLEU on the first N."""
     ppl = perplexity(model, dev_set["src_ids"], dev_set["tgt_ids"], cfg.data.max_tokens, device)
     writer.add_scalar("dev/ppl", ppl, step)
     message = f"step {step} dev ppl {ppl:.3f}"
-    n = cfg.trainer.eval_bleu_sentences
+    n, bleu = cfg.trainer.eval_bleu_sentences, None
     if n:
         subset = dev_set.select(range(min(n, len(dev_set))))
         hyps = translate(
@@ -375,7 +371,7 @@ def validate(model, dev_set, tokenizer, cfg, device, writer, step) -> float:
         )
         message += f" greedy BLEU {bleu:.2f} on {len(hyps)} sentences"
     log.info(message)
-    return ppl
+    return ppl, bleu
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")

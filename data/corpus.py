@@ -231,7 +231,10 @@ def _blank(column: pa.ChunkedArray) -> np.ndarray:
 
 
 def clean_train(
-    train: datasets.Dataset, max_len: int | None = None, max_ratio: float | None = None
+    train: datasets.Dataset,
+    max_len: int | None = None,
+    max_ratio: float | None = None,
+    max_src_words: int | None = None,
 ) -> tuple[datasets.Dataset, dict[str, int]]:
     """Drop unusable training pairs and return the kept pairs with counts per reason.
 
@@ -241,7 +244,10 @@ def clean_train(
     - ``empty``: a side is empty or whitespace-only, or encodes to no subword;
     - ``too_long``: a side has more than ``max_len`` ids counting its EOS (t2t's rule), so every
       kept sequence fits a model with ``max_len`` positions;
-    - ``ratio``: the longer side has more than ``max_ratio`` times the subwords of the shorter.
+    - ``ratio``: the longer side has more than ``max_ratio`` times the subwords of the shorter;
+    - ``over_max_words`` (counted only when ``max_src_words`` is set, ``data.train_max_src_words``):
+      the source has more than ``max_src_words`` whitespace-separated words, to train on short
+      sentences only (the length-extrapolation study; validation/test are never filtered).
     """
     missing = {"src", "tgt", "src_ids", "tgt_ids"} - set(train.column_names)
     if missing:
@@ -252,8 +258,15 @@ def clean_train(
         raise DataError(f"data.max_len must be at least 2 (subwords + EOS), got {max_len}")
     if max_ratio is not None and float(max_ratio) < 1:
         raise DataError(f"data.max_ratio must be >= 1 or null, got {max_ratio}")
+    if max_src_words is not None and int(max_src_words) < 1:
+        raise DataError(
+            f"data.train_max_src_words must be a positive word count or null, got {max_src_words}"
+        )
     n = len(train)
-    counts = {"input": n, "empty": 0, "too_long": 0, "ratio": 0, "kept": 0}
+    counts = {"input": n, "empty": 0, "too_long": 0, "ratio": 0}
+    if max_src_words is not None:
+        counts["over_max_words"] = 0
+    counts["kept"] = 0
     if n:
         table = train.select_columns(["src", "tgt", "src_ids", "tgt_ids"]).with_format("arrow")[:]
         src_len = pc.list_value_length(table["src_ids"]).to_numpy(zero_copy_only=False)
@@ -272,6 +285,12 @@ def clean_train(
             shorter = np.minimum(src_sub, tgt_sub)
             ratio = ~drop & (longer > float(max_ratio) * shorter)
             drop |= ratio
+        if max_src_words is not None:
+            texts = (t or "" for chunk in table["src"].chunks for t in chunk.to_pylist())
+            words = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=n)
+            over_max_words = ~drop & (words > int(max_src_words))
+            drop |= over_max_words
+            counts["over_max_words"] = int(over_max_words.sum())
         counts.update(
             empty=int(empty.sum()),
             too_long=int(too_long.sum()),
@@ -283,7 +302,7 @@ def clean_train(
     if counts["kept"] == 0:
         raise DataError(
             f"the training split is empty after cleaning ({_counts_line(counts)}); check the "
-            "corpus and data.max_len/data.max_ratio"
+            "corpus and data.max_len/data.max_ratio/data.train_max_src_words"
         )
     return train, counts
 
@@ -511,7 +530,9 @@ def prepare_data(
             for split, ds in corpus.items()
         }
     )
-    splits["train"], counts = clean_train(splits["train"], cfg.get("max_len"), cfg.get("max_ratio"))
+    splits["train"], counts = clean_train(
+        splits["train"], cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words")
+    )
     log(f"data: train cleaning: {_counts_line(counts)}")
     return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts)
 

@@ -75,5 +75,6 @@ def trained_run(tmp_path_factory, cache_dir) -> Path:
 
     run_dir = tmp_path_factory.mktemp("run")
     overrides = ["trainer.max_steps=240", "trainer.eval_every=120", "trainer.save_every_steps=40"]
+    overrides.append("trainer.eval_bleu_sentences=20")
     train(compose_config(tiny_run_overrides(run_dir, cache_dir, *overrides)))
     return run_dir

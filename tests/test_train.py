@@ -37,6 +37,7 @@ def test_a_tiny_run_writes_metrics_checkpoints_and_logs(trained_run):
     assert metrics["complete"] is True and metrics["steps"] == 240
     assert metrics["dev_ppl"] < 400 / 4  # far better than uniform over the vocabulary
     assert metrics["position"] == "SinusoidalPositionEncoding" and metrics["tokens_seen"] > 0
+    assert 0 <= metrics["dev_bleu_greedy"] <= 100 and metrics["wall_seconds"] > 0
     ckpt_dir = trained_run / "checkpoints"
     assert (ckpt_dir / "last.pt").is_file() and (ckpt_dir / "best.pt").is_file()
     assert [p.name for p in step_checkpoints(ckpt_dir)] == [

@@ -1,0 +1,91 @@
+"""scripts/benchmark.py: each subcommand's figures on a tiny setting, and the table printer."""
+
+import pytest
+import torch
+
+from scripts.benchmark import benchmark_data, benchmark_decode, format_table, main
+from tests.conftest import shared_data
+
+TINY_DIMS = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64}
+
+
+def test_format_table_aligns_columns():
+    table = format_table(("name", "value"), [("a", "1"), ("longer", "12345")]).splitlines()
+    assert table[0].split() == ["name", "value"]
+    assert set(table[1]) == {"-", " "}
+    assert len({len(line) for line in table}) == 1  # every line as wide as the rule
+    assert table[2].startswith("a ") and table[2].endswith("    1")
+
+
+def test_data_benchmark_reports_sane_figures():
+    corpus_dir = shared_data("multi30k")
+    fig = benchmark_data(
+        pairs=3000,
+        num_proc=1,
+        vocab_size=500,
+        tokenizer_sample=4000,
+        corpus_dir=corpus_dir,
+        echo=lambda message: None,
+    )
+    assert fig["pairs"] == 3000 and 0 < fig["kept_pairs"] <= 3000
+    assert fig["tokenizer_sentences"] == 4000
+    for key in ("load_s", "tokenizer_s", "encode_s", "clean_s", "batching_s", "prepare_s"):
+        assert fig[key] > 0, key
+    assert fig["encode_sentences_per_s"] == pytest.approx(6000 / fig["encode_s"])
+    assert fig["batches"] > 0
+    assert fig["multi30k_pairs"] > 28_000
+    assert 0 < fig["multi30k_padding"] < 0.1  # the acceptance: padding below 10% on Multi30k
+    assert fig["peak_rss_self_mib"] > 50
+    assert fig["projected_wmt14_s"] == pytest.approx(sum(fig["projection"].values()))
+    assert fig["meets_target"] == (fig["projected_wmt14_s"] <= 600)
+
+
+def test_decode_benchmark_reports_sane_figures():
+    threads = torch.get_num_threads()
+    fig = benchmark_decode(
+        sentences=4,
+        beam=2,
+        repeats=3,
+        length=4,
+        batch_size=3,
+        model_name="tiny",
+        vocab_size=50,
+        num_threads=1,
+        echo=lambda message: None,
+        **TINY_DIMS,
+    )
+    assert fig["tokens"] == 4 * (4 + 1)
+    ours = fig["ours"]
+    assert 0 < ours["tokens_per_s_min"] <= ours["tokens_per_s"] <= ours["tokens_per_s_max"]
+    assert ours["sentences_per_s"] == pytest.approx(4 / ours["seconds"])
+    assert fig["num_threads"] == 1
+    assert torch.get_num_threads() == threads  # the caller's thread count is restored
+    assert "hf" not in fig and "ratio" not in fig
+
+
+def test_decode_command_prints_a_table(capsys):
+    fig = main(
+        ["decode", "--sentences", "2", "--repeats", "1", "--length", "3"]
+        + ["--model", "tiny", "--vocab-size", "40", "--beam", "2", "--threads", "1"]
+    )
+    out = capsys.readouterr().out
+    assert "ours: model.search.beam_search" in out and "tokens/s" in out
+    assert fig["ours"]["tokens_per_s"] > 0
+
+
+def test_decode_vs_hf_decodes_equal_tokens():
+    pytest.importorskip("transformers")
+    fig = benchmark_decode(
+        sentences=3,
+        beam=2,
+        vs="hf",
+        repeats=1,
+        length=3,
+        model_name="tiny",
+        vocab_size=50,
+        num_threads=1,
+        echo=lambda message: None,
+        **TINY_DIMS,
+    )
+    assert fig["hf"]["tokens_per_s"] > 0 and fig["ours"]["tokens_per_s"] > 0
+    assert fig["ratio"] == pytest.approx(fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"])
