@@ -142,8 +142,9 @@ def train(cfg: DictConfig) -> dict:
         num_replicas=world,
         rank=rank,
     )
-    model.encoder_position.check_length(int(sampler.src_lengths.max(initial=1)))  # before any step
-    model.decoder_position.check_length(int(sampler.tgt_lengths.max(initial=1)))
+    for split in (train_set, dev_set):  # fail before the first step, not at a long batch
+        model.encoder_position.check_length(int(sequence_lengths(split, "src_ids").max(initial=1)))
+        model.decoder_position.check_length(int(sequence_lengths(split, "tgt_ids").max(initial=1)))
     update_freq = cfg.trainer.update_freq or max(
         1, round(cfg.trainer.effective_tokens / (world * cfg.data.max_tokens))
     )

@@ -29,6 +29,8 @@ def _reorder(cache: list[LayerCache], rows: torch.Tensor, names: tuple[str, ...]
 
 def _force_eos(logp: torch.Tensor, at_limit: torch.Tensor, eos_id: int) -> torch.Tensor:
     """logp [N, V] with every token but EOS at -inf in the rows at their length limit [N]."""
+    if not bool(at_limit.any()):
+        return logp
     not_eos = torch.ones(logp.size(-1), dtype=torch.bool, device=logp.device)
     not_eos[eos_id] = False
     return logp.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
@@ -42,11 +44,11 @@ def greedy_search(
     memory, src_keep = model.encode(src)
     max_lens = max_output_lengths(src_keep, max_len_b)  # [B]
     batch = src.size(0)
-    cache = model.new_cache()
+    cache = model.new_cache(memory)
     tokens = torch.full((batch, 1), bos_id, dtype=torch.long, device=src.device)  # [B, 1]
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(int(max_lens.max())):
-        logits = model.decode(tokens[:, -1:], memory, src_keep, cache, offset=step)[:, -1]
+        logits = model.decode(tokens[:, -1:], None, src_keep, cache, offset=step)[:, -1]
         logp = _force_eos(logits.float().log_softmax(-1), step + 1 >= max_lens, eos_id)
         next_token = logp.argmax(-1).masked_fill(done, eos_id)  # [B]
         tokens = torch.cat((tokens, next_token[:, None]), dim=1)  # [B, step + 2]
@@ -85,9 +87,8 @@ def beam_search(
     memory, src_keep = model.encode(src)
     max_lens = max_output_lengths(src_keep, max_len_b)  # [N]
     n_src, device = src.size(0), src.device
-    rows = torch.arange(n_src, device=device).repeat_interleave(k)  # [N * K]
-    memory, src_keep = memory[rows], src_keep[rows]  # [N * K, S, d_model], [N * K, S]
-    cache = model.new_cache()
+    cache = model.new_cache(memory, repeat=k)  # encoder keys/values projected once per sentence
+    src_keep = src_keep.repeat_interleave(k, dim=0)  # [N * K, S]
     best: list[list[int]] = [[] for _ in range(n_src)]
 
     sentence = torch.arange(n_src, device=device)  # active row -> its index in src
@@ -99,7 +100,7 @@ def beam_search(
 
     for step in range(int(max_lens.max())):
         n = alive.size(0)
-        logits = model.decode(alive[:, :, -1].reshape(-1, 1), memory, src_keep, cache, offset=step)
+        logits = model.decode(alive[:, :, -1].reshape(-1, 1), None, src_keep, cache, offset=step)
         logp = logits[:, -1].float().log_softmax(-1)  # [N * K, V]
         logp = _force_eos(logp, (step + 1 >= max_lens).repeat_interleave(k), eos_id)
         vocab = logp.size(-1)
@@ -139,7 +140,7 @@ def beam_search(
             kept_rows = (kept[:, None] * k + torch.arange(k, device=device)).view(-1)
             beam_rows = beam_rows.view(n, k)[kept].view(-1)
             _reorder(cache, kept_rows, ("cross_k", "cross_v"))
-            memory, src_keep = memory[kept_rows], src_keep[kept_rows]
+            src_keep = src_keep[kept_rows]
             alive, alive_logp = alive[kept], alive_logp[kept]
             finished, finished_score = finished[kept], finished_score[kept]
             sentence, max_lens = sentence[kept], max_lens[kept]

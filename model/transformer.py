@@ -127,7 +127,7 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         y: torch.Tensor,
-        memory: torch.Tensor,
+        memory: torch.Tensor | None,
         self_mask: torch.Tensor | None,
         cross_mask: torch.Tensor,
         positions: torch.Tensor,
@@ -227,7 +227,7 @@ class Transformer(nn.Module):
     def decode(
         self,
         tgt_in: torch.Tensor,
-        memory: torch.Tensor,
+        memory: torch.Tensor | None,
         src_keep: torch.Tensor,
         cache: list[LayerCache] | None = None,
         offset: int = 0,
@@ -235,7 +235,8 @@ class Transformer(nn.Module):
         """Logits [B, T, vocab] for target inputs [B, T] starting at position offset.
 
         Teacher forcing: offset 0 and no cache. Incremental decoding: pass the same cache
-        (from ``new_cache``) at every step, with offset = tokens already decoded.
+        (from ``new_cache(memory)``, which holds the encoder's keys/values, so memory may then
+        be None) at every step, with offset = tokens already decoded.
         """
         length = tgt_in.size(1)
         self.decoder_position.check_length(offset + length)
@@ -261,9 +262,19 @@ class Transformer(nn.Module):
         memory, src_keep = self.encode(src)
         return self.decode(tgt_in, memory, src_keep)
 
-    def new_cache(self) -> list[LayerCache]:
-        """An empty key/value cache for incremental decoding."""
-        return [{} for _ in self.decoder_layers]
+    def new_cache(self, memory: torch.Tensor | None = None, repeat: int = 1) -> list[LayerCache]:
+        """A key/value cache for incremental decoding.
+
+        Given the encoder output memory [B, S, d_model], the cross-attention keys/values are
+        projected once here and repeated for `repeat` hypotheses per sentence (beam search).
+        """
+        cache: list[LayerCache] = [{} for _ in self.decoder_layers]
+        if memory is not None:
+            for layer, layer_cache in zip(self.decoder_layers, cache, strict=True):
+                k, v = layer.cross_attn.keys_values(memory)  # [B, H, S, d_head]
+                layer_cache["cross_k"] = k.repeat_interleave(repeat, dim=0)  # [B * repeat, ...]
+                layer_cache["cross_v"] = v.repeat_interleave(repeat, dim=0)
+        return cache
 
 
 def reorder_cache(cache: list[LayerCache], index: torch.Tensor) -> list[LayerCache]:

@@ -376,9 +376,9 @@ class EosSuppressed:
         """The model's encoder output and source mask."""
         return self.model.encode(src)
 
-    def new_cache(self):
-        """An empty key/value cache of the model."""
-        return self.model.new_cache()
+    def new_cache(self, memory=None, repeat: int = 1):
+        """The model's key/value cache."""
+        return self.model.new_cache(memory, repeat)
 
     def decode(self, *args, **kwargs):
         """The model's logits [B, T, V] with EOS made (almost) impossible."""

@@ -66,7 +66,7 @@ class MarkovModel:
     def encode(self, src):
         return torch.zeros(*src.shape, 1), src != 0
 
-    def new_cache(self):
+    def new_cache(self, memory=None, repeat=1):
         return [{}]
 
     def decode(self, tgt_in, memory, src_keep, cache, offset):

@@ -87,3 +87,11 @@ def test_max_epochs_stops_the_run(tmp_path, cache_dir):
 def test_unknown_language_is_one_clear_error(tmp_path, cache_dir):
     with pytest.raises(ValueError, match="fr"):
         train(compose_config(tiny_run_overrides(tmp_path, cache_dir, "data.src_lang=fr")))
+
+
+def test_bf16_autocast_on_cpu_trains(tmp_path, cache_dir):
+    overrides = ["trainer.precision=bf16", "trainer.max_steps=6", "data.corpus.train_size=300"]
+    metrics = train(compose_config(tiny_run_overrides(tmp_path, cache_dir, *overrides)))
+    assert metrics["steps"] == 6 and math.isfinite(metrics["train_loss"])
+    state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert all(t.dtype == torch.float32 for t in state["model"].values())  # fp32 master weights

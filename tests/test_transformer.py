@@ -59,6 +59,10 @@ def test_incremental_decoding_equals_teacher_forcing(position_yaml):
     cache = model.new_cache()
     steps = [model.decode(tgt[:, t : t + 1], memory, keep, cache, offset=t) for t in range(9)]
     assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+    prefilled = model.new_cache(memory, repeat=2)  # encoder keys/values projected up front
+    rows = torch.arange(3).repeat_interleave(2)
+    steps = [model.decode(tgt[rows, t : t + 1], None, keep[rows], prefilled, t) for t in range(9)]
+    assert (torch.cat(steps, dim=1) - full[rows]).abs().max() <= 1e-5
 
 
 def test_decoder_is_causal(position_yaml):
