@@ -122,12 +122,12 @@ def translate(
     """Translations of sentences, batched by length; beam 1 is greedy; an empty line gives ''."""
     model.eval()
     encoded = tokenizer.encode(list(sentences))
-    todo = [i for i, ids in enumerate(encoded) if ids]
-    src_ids = [encoded[i] + [EOS_ID] for i in todo]
+    nonempty = [i for i, ids in enumerate(encoded) if ids]
+    src_ids = [encoded[i] + [EOS_ID] for i in nonempty]
     lengths = [len(s) for s in src_ids]
     out: list[str] = [""] * len(encoded)
     budget = max(max_tokens // max(beam, 1), max(lengths, default=1))
-    for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False) if todo else []:
+    for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False) if nonempty else []:
         src = collate([{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in batch])["src"]
         src = src.to(device)  # [B, S]
         if beam == 1:
@@ -135,7 +135,7 @@ def translate(
         else:
             hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
         for i, text in zip(batch, tokenizer.decode(hyps), strict=True):
-            out[todo[i]] = text
+            out[nonempty[i]] = text
     return out
 
 
