@@ -22,8 +22,8 @@ from data.corpus import (
     select_direction,
 )
 from data.tokenizer import EOS_ID, UNK_ID, Tokenizer
+from tests.conftest import SHARED_DATA, shared_data
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WMT14_LAYOUT = SHARED_DATA / "wmt14_layout_multi30k"
 MULTI30K = SHARED_DATA / "multi30k"
 
@@ -33,13 +33,6 @@ def quiet_progress_bars():
     datasets.disable_progress_bars()
     yield
     datasets.enable_progress_bars()
-
-
-def require(path: Path) -> Path:
-    """Skip the calling test when a shared corpus folder is absent."""
-    if not path.is_dir():
-        pytest.skip(f"shared corpus not found at {path} (expected next to the project root)")
-    return path
 
 
 def write_lines(path: Path, lines: list[str]) -> str:
@@ -59,7 +52,7 @@ def multi30k_files() -> dict:
 
 
 def test_load_hub_wmt14_layout(tmp_path):
-    folder = require(WMT14_LAYOUT)
+    folder = shared_data("wmt14_layout_multi30k")
     corpus = load_hub(str(folder), "de-en", cache_dir=str(tmp_path / "hf"))
     assert {split: len(ds) for split, ds in corpus.items()} == {
         "train": 29000,
@@ -103,7 +96,7 @@ def test_load_hub_accepts_flat_language_columns(tmp_path):
 
 
 def test_load_text_pairs_multi30k(tmp_path):
-    require(MULTI30K)
+    shared_data("multi30k")
     corpus = load_text_pairs(multi30k_files())
     assert {split: len(ds) for split, ds in corpus.items()} == {
         "train": 29000,
@@ -390,7 +383,7 @@ def test_prepare_data_num_proc_shards_are_reused(toy_cfg, tmp_path, monkeypatch)
 
 
 def test_prepare_data_on_wmt14_layout(tmp_path):
-    folder = require(WMT14_LAYOUT)
+    folder = shared_data("wmt14_layout_multi30k")
     cfg = OmegaConf.create(
         {
             "corpus": {
