@@ -28,7 +28,7 @@ from data.corpus import DataError, load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from model.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, step_checkpoints
 from model.position import PositionRangeError
-from model.search import beam_search, greedy_search
+from model.search import beam_search
 
 log = logging.getLogger("evaluate")
 
@@ -61,6 +61,24 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(f"cuda:{local_rank}") if name == "cuda" else torch.device(name)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether the device multiplies bf16 natively: a bf16 GPU, or a CPU with AVX512-BF16/AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return re.search(r"\b(avx512_bf16|amx_bf16)\b", cpuinfo) is not None
+
+
+def use_bf16(precision: str, device: torch.device) -> bool:
+    """bf16 autocast for precision bf16, or auto on a native-bf16 device; fp32 otherwise."""
+    if precision not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"precision={precision}: pass auto, bf16 or fp32")
+    return precision == "bf16" or (precision == "auto" and native_bf16(device))
 
 
 def sacrebleu_score(hyps: list[str], refs: list[str]) -> float:
@@ -118,8 +136,12 @@ def translate(
     lenpen: float = 0.6,
     max_len_b: int = 50,
     max_tokens: int = 4096,
+    bf16: bool = False,
 ) -> list[str]:
-    """Translations of sentences, batched by length; beam 1 is greedy; an empty line gives ''."""
+    """Translations of sentences, batched by length; beam 1 is greedy; an empty line gives ''.
+
+    bf16: search under bf16 autocast (scores still summed in float32).
+    """
     model.eval()
     encoded = tokenizer.encode(list(sentences))
     nonempty = [i for i, ids in enumerate(encoded) if ids]
@@ -130,9 +152,7 @@ def translate(
     for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False) if nonempty else []:
         src = collate([{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in batch])["src"]
         src = src.to(device)  # [B, S]
-        if beam == 1:
-            hyps = greedy_search(model, src, BOS_ID, EOS_ID, max_len_b)
-        else:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
         for i, text in zip(batch, tokenizer.decode(hyps), strict=True):
             out[nonempty[i]] = text
@@ -250,6 +270,7 @@ def check_options(cfg: DictConfig) -> None:
         raise ValueError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
     if int(cfg.max_len_b) < 1:
         raise ValueError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
+    use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
     if cfg.long_inputs not in ("error", "skip"):
         raise ValueError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
     name = str(cfg.name or "")
@@ -359,8 +380,9 @@ def evaluate(cfg: DictConfig) -> dict:
         )
     srcs = [srcs[i] for i in kept]
     refs = [refs[i] for i in kept] if refs is not None else None
+    bf16 = use_bf16(cfg.precision, device)
     hyps = translate(
-        model, tokenizer, srcs, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens
+        model, tokenizer, srcs, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens, bf16
     )
     hyp_path = run_dir / "eval" / f"{name}.hyp"
     scores = {
@@ -369,6 +391,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "beam": cfg.beam,
         "lenpen": cfg.lenpen,
         "max_len_b": cfg.max_len_b,
+        "precision": "bf16" if bf16 else "fp32",
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "skipped": skipped,
@@ -412,6 +435,7 @@ def translate_stdin(cfg: DictConfig) -> None:
         cfg.lenpen,
         cfg.max_len_b,
         cfg.max_tokens,
+        use_bf16(cfg.precision, device),
     )
     for i, text in zip(kept, hyps, strict=True):
         out[i] = text

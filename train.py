@@ -31,7 +31,14 @@ from tqdm import tqdm
 from data.batching import TokenBatchSampler, collate
 from data.corpus import prepare_data
 from data.tokenizer import PAD_ID
-from evaluate import perplexity, resolve_device, sacrebleu_score, translate, write_json
+from evaluate import (
+    perplexity,
+    resolve_device,
+    sacrebleu_score,
+    translate,
+    use_bf16,
+    write_json,
+)
 from model.checkpoint import (
     load_latest_checkpoint,
     prune_checkpoints,
@@ -67,14 +74,59 @@ def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+class LabelSmoothedCrossEntropy(torch.autograd.Function):
+    """Per-token label-smoothed cross-entropy [N] and NLL [N] of logits [N, V], pads zero.
+
+    One log-softmax forward in float32 (or wider); backward writes the gradient in one pass,
+    softmax - (1 - eps) * onehot - eps / V, instead of autograd's chain of [N, V] tensors.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, smoothing: float, ignore_index: int):
+        wide = torch.promote_types(logits.dtype, torch.float32)
+        log_probs = F.log_softmax(logits.to(wide), dim=-1)  # [N, V]
+        keep = (target != ignore_index).float()  # [N]
+        nll = -log_probs.gather(1, target[:, None]).squeeze(1) * keep  # [N]
+        loss = (1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1) * keep
+        ctx.save_for_backward(log_probs, target, keep)
+        ctx.smoothing, ctx.logits_dtype = smoothing, logits.dtype
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        log_probs, target, keep = ctx.saved_tensors
+        smoothing = ctx.smoothing
+        grad = log_probs.exp().sub_(smoothing / log_probs.size(1))  # [N, V]
+        grad.scatter_add_(1, target[:, None], grad.new_full((grad.size(0), 1), smoothing - 1))
+        grad.mul_((grad_loss * keep)[:, None])
+        return grad.to(ctx.logits_dtype), None, None, None
+
+
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float):
-    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets (§5.4)."""
-    flat_logits, flat_target = logits.flatten(0, 1).float(), target.flatten()  # [B*T, V], [B*T]
-    loss = F.cross_entropy(
-        flat_logits, flat_target, ignore_index=PAD_ID, label_smoothing=smoothing, reduction="sum"
+    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets (§5.4).
+
+    Equal to ``F.cross_entropy(..., label_smoothing=smoothing, ignore_index=PAD_ID)`` summed.
+    """
+    loss, nll = LabelSmoothedCrossEntropy.apply(
+        logits.flatten(0, 1), target.flatten(), smoothing, PAD_ID
     )
-    nll = F.cross_entropy(flat_logits.detach(), flat_target, ignore_index=PAD_ID, reduction="sum")
-    return loss, nll
+    return loss.sum(), nll.sum()
+
+
+def forward_backward(
+    model: torch.nn.Module, batch: dict, smoothing: float, scale, bf16: bool
+) -> tuple[float, float]:
+    """Backpropagate scale x the batch's label-smoothed loss; return its summed loss and NLL.
+
+    bf16: the forward pass under bf16 autocast (weights and gradients stay float32).
+    """
+    device_type = batch["src"].device.type
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(batch["src"], batch["tgt_in"])  # [B, T, V]
+        loss, nll = label_smoothed_loss(logits, batch["tgt_out"], smoothing)
+    (loss * scale).backward()
+    return loss.item(), nll.item()
 
 
 def sequence_lengths(dataset, column: str) -> np.ndarray:
@@ -93,8 +145,7 @@ def train(cfg: DictConfig) -> dict:
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    precision = cfg.trainer.precision
-    bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    bf16 = use_bf16(cfg.trainer.precision, device)
     run_dir, main_rank = Path(cfg.run_dir), rank == 0
     ckpt_dir = run_dir / "checkpoints"
     torch.manual_seed(cfg.seed)
@@ -129,7 +180,7 @@ def train(cfg: DictConfig) -> dict:
         lr=1.0,
         betas=tuple(cfg.optim.betas),
         eps=cfg.optim.eps,
-        fused=device.type == "cuda",
+        fused=True,
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: noam_lr(s + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)
@@ -214,7 +265,9 @@ def train(cfg: DictConfig) -> dict:
     def check_dev() -> None:
         nonlocal dev_ppl, dev_bleu, dev_step, best_ppl
         if main_rank:
-            dev_ppl, dev_bleu = validate(model, dev_set, data.tokenizer, cfg, device, writer, step)
+            dev_ppl, dev_bleu = validate(
+                model, dev_set, data.tokenizer, cfg, device, bf16, writer, step
+            )
             dev_step = step
             if dev_ppl < best_ppl:
                 best_ppl = dev_ppl
@@ -242,11 +295,11 @@ def train(cfg: DictConfig) -> dict:
         for i, batch in enumerate(micro):
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             sync = nullcontext() if world == 1 or i == len(micro) - 1 else train_model.no_sync()
-            with sync, torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = train_model(batch["src"], batch["tgt_in"])  # [B, T, V]
-                loss, nll = label_smoothed_loss(logits, batch["tgt_out"], cfg.optim.label_smoothing)
-                (loss * world / n_tokens).backward()
-            loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+            with sync:
+                loss, nll = forward_backward(
+                    train_model, batch, cfg.optim.label_smoothing, world / n_tokens, bf16
+                )
+            loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
         grad_norm = torch.nn.utils.clip_grad_norm_(
             model.parameters(), cfg.optim.clip_norm or math.inf
         )
@@ -352,7 +405,9 @@ def train(cfg: DictConfig) -> dict:
     return metrics
 
 
-def validate(model, dev_set, tokenizer, cfg, device, writer, step) -> tuple[float, float | None]:
+def validate(
+    model, dev_set, tokenizer, cfg, device, bf16, writer, step
+) -> tuple[float, float | None]:
     """Dev perplexity per target subword (Table 3's PPL), and greedy BLEU on the first N."""
     ppl = perplexity(model, dev_set["src_ids"], dev_set["tgt_ids"], cfg.data.max_tokens, device)
     writer.add_scalar("dev/ppl", ppl, step)
@@ -361,7 +416,13 @@ def validate(model, dev_set, tokenizer, cfg, device, writer, step) -> tuple[floa
     if n:
         subset = dev_set.select(range(min(n, len(dev_set))))
         hyps = translate(
-            model, tokenizer, subset["src"], device, beam=1, max_tokens=cfg.data.max_tokens
+            model,
+            tokenizer,
+            subset["src"],
+            device,
+            beam=1,
+            max_tokens=cfg.data.max_tokens,
+            bf16=bf16,
         )
         bleu = sacrebleu_score(hyps, subset["tgt"])
         writer.add_scalar("dev/bleu_greedy", bleu, step)

@@ -30,6 +30,28 @@ def attention_mask(allowed: torch.Tensor, bias: torch.Tensor | None) -> torch.Te
     return bias.masked_fill(~allowed, float("-inf"))  # broadcast to [B, H, Tq, Tk]
 
 
+def explicit_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    is_causal: bool,
+) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_head) + mask) v [B, H, Tq, d_head], the softmax in float32.
+
+    The same result as ``F.scaled_dot_product_attention``; used for bf16 on CPU, where two
+    batched matmuls run 2x faster (forward + backward) than its fused bf16 and fp32 kernels.
+    """
+    scores = (q @ k.transpose(-1, -2)).float() * q.size(-1) ** -0.5  # [B, H, Tq, Tk]
+    if is_causal:
+        mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = (
+            scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        )
+    return scores.softmax(dim=-1).to(v.dtype) @ v
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (§3.2.2); q, k and v are projected apart so keys can be cached."""
 
@@ -66,9 +88,12 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
     ) -> torch.Tensor:
         """softmax(q k^T / sqrt(d_head) + mask) v, heads merged and projected: [B, Tq, d_model]."""
-        if mask is not None and mask.dtype != torch.bool:
-            mask = mask.to(q.dtype)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            out = explicit_attention(q, k, v, mask, is_causal)
+        else:
+            if mask is not None and mask.dtype != torch.bool:
+                mask = mask.to(q.dtype)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # [B, Tq, d_model]
 
 

@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import itertools
+import math
 import os
 import platform
 import pstats
@@ -448,6 +449,14 @@ def decode_ours(model, batches, beam: int, length: int) -> int:
     return tokens
 
 
+def decode_ours_bf16(model, batches, beam: int, length: int) -> int:
+    """decode_ours under bf16 autocast (what evaluate.py's precision=auto does on a bf16 CPU)."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return decode_ours(model, batches, beam, length)
+
+
 def decode_theirs(model, batches, beam: int, length: int) -> int:
     """Marian generate() on every batch, exactly `length` tokens + EOS; returns output tokens."""
     import torch
@@ -552,7 +561,7 @@ def benchmark_decode(
     src = torch.randint(4, vocab_size, (sentences, length + 1), generator=generator)  # [N, S]
     src[:, -1] = EOS_ID
     batches = list(src.split(batch_size))
-    systems = {"ours": (decode_ours, ours)}
+    systems = {"ours": (decode_ours, ours), "ours bf16": (decode_ours_bf16, ours)}
     if theirs is not None:
         systems["hf"] = (decode_theirs, theirs)
     threads_before = torch.get_num_threads()
@@ -589,16 +598,316 @@ def benchmark_decode(
         import transformers
 
         fig["ratio"] = fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
+        fig["ratio_bf16"] = fig["ours bf16"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
         fig["transformers_version"] = transformers.__version__
     if report is not None:
         fig["profile"] = report
     return fig
 
 
+def transformer_flops(dims: dict, vocab_size: int, batch: int, src_len: int, tgt_len: int) -> int:
+    """Matmul FLOPs of one training step (forward + backward = 3 x forward), 2 per multiply-add.
+
+    Per forward, with d = d_model, f = d_ff, S/T source/target tokens, B sentences:
+    encoder layer  8 d^2 S (q, k, v, out) + 4 B S^2 d (scores, weighted values) + 4 d f S;
+    decoder layer  8 d^2 T + 4 B T^2 d (self; causal masking not subtracted, as it is computed)
+                   + 4 d^2 T + 4 d^2 S + 4 B T S d (cross: q, out on T; k, v on S)
+                   + 4 d f T;
+    output projection 2 d V T. Embedding lookups, norms, softmax and the loss are not counted.
+    """
+    d, f = dims["d_model"], dims["d_ff"]
+    s, t = batch * src_len, batch * tgt_len
+    encoder = 8 * d * d * s + 4 * batch * src_len**2 * d + 4 * d * f * s
+    decoder = (
+        8 * d * d * t
+        + 4 * batch * tgt_len**2 * d
+        + 4 * d * d * t
+        + 4 * d * d * s
+        + 4 * batch * tgt_len * src_len * d
+        + 4 * d * f * t
+    )
+    forward = (
+        dims["n_encoder_layers"] * encoder
+        + dims["n_decoder_layers"] * decoder
+        + 2 * d * vocab_size * t
+    )
+    return 3 * forward
+
+
+def gemm_peak(dtype, device, size: int = 2048, repeats: int = 5) -> float:
+    """Measured matmul GFLOP/s of [size x size] @ [size x size] in dtype, median over repeats."""
+    import torch
+
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    calls = 1 if device.type == "cpu" else 50
+    rates = []
+    for run in range(repeats + 1):
+        start = _synchronized_time(device)
+        for _ in range(calls):
+            a @ b
+        elapsed = _synchronized_time(device) - start
+        if run:
+            rates.append(2 * size**3 * calls / elapsed / 1e9)
+    return statistics.median(rates)
+
+
+def _synchronized_time(device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+class StepMemory:
+    """Memory (MiB) one training step holds: what autograd saves for backward, and CUDA's peak.
+
+    ``saved_mib``: distinct storages autograd keeps for the backward pass (activations and
+    bf16 weight copies; the parameters themselves are not counted), the same measure for any
+    model and device. ``peak_mib`` (CUDA only): the allocator's peak above its level at entry.
+    """
+
+    def __init__(self, device, parameters):
+        self.device = device
+        self.saved_mib = 0.0
+        self.peak_mib: float | None = None
+        self._params = {p.untyped_storage().data_ptr() for p in parameters}
+        self._storages: dict[int, int] = {}
+
+    def _pack(self, tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in self._params:
+            self._storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    def __enter__(self) -> StepMemory:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        self._hooks.__exit__(*exc)
+        self.saved_mib = sum(self._storages.values()) / 2**20
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_mib = (torch.cuda.max_memory_allocated(self.device) - self._base) / 2**20
+
+
+def train_systems(model_name: str, vocab_size: int, with_hf: bool, device, compile_modes, **dims):
+    """Name -> (one training step, its model) for ours (fp32, bf16, compiled) and HF Marian."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from train import forward_backward
+
+    optim = OmegaConf.load(ROOT / "configs" / "optim" / "noam.yaml")
+    ours, theirs, model_cfg = build_models(model_name, vocab_size, with_hf, **dims)
+    systems = {}
+
+    def our_step(model, optimizer, bf16: bool) -> Callable:
+        def step(batch: dict) -> None:
+            forward_backward(
+                model, batch, optim.label_smoothing, 1 / batch["tgt_out"].numel(), bf16
+            )
+            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm or math.inf)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    ours = ours.to(device).train()
+    # the optimizer train.py builds: fused Adam, float32 master weights
+    adam = torch.optim.Adam(
+        ours.parameters(), lr=1e-4, betas=tuple(optim.betas), eps=optim.eps, fused=True
+    )
+    precisions = ["fp32", "bf16"] if device.type == "cpu" else ["bf16"]
+    for precision in precisions:
+        for compiled in compile_modes:
+            model = torch.compile(ours) if compiled else ours
+            name = f"ours {precision}" + (" compiled" if compiled else "")
+            systems[name] = (our_step(model, adam, precision == "bf16"), ours)
+    if theirs is not None:
+        from transformers.trainer_pt_utils import LabelSmoother
+
+        theirs = theirs.to(device).train()
+        smoother = LabelSmoother(epsilon=optim.label_smoothing)
+        # HF Trainer's defaults: fused AdamW (torch >= 2.8), max_grad_norm 1.0
+        adamw = torch.optim.AdamW(theirs.parameters(), lr=1e-4, fused=True)
+
+        def their_step(bf16: bool) -> Callable:
+            def step(batch: dict) -> None:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    out = theirs(
+                        input_ids=batch["src"],
+                        attention_mask=batch["src"].ne(0),
+                        decoder_input_ids=batch["tgt_in"],
+                    )
+                    loss = smoother(out, batch["tgt_out"])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+                adamw.step()
+                adamw.zero_grad(set_to_none=True)
+
+            return step
+
+        for precision in precisions:
+            systems[f"hf {precision}"] = (their_step(precision == "bf16"), theirs)
+    return systems, model_cfg
+
+
+def benchmark_train(
+    model_names: Sequence[str] = ("base", "small"),
+    vs: str | None = None,
+    batch_size: int = 128,
+    length: int = 32,
+    vocab_size: int = 8000,
+    repeats: int = 5,
+    device_name: str = "cpu",
+    num_threads: int | None = None,
+    echo: Callable[[str], None] = print,
+    **dims,
+) -> dict:
+    """Training-step throughput, GFLOP/s, MFU and step memory per model size and system.
+
+    dims override the model configs' (d_model=..., ...), as in benchmark_decode.
+    """
+    import torch
+
+    if repeats < 1 or batch_size < 1 or length < 1:
+        raise ValueError("need --repeats >= 1, --batch-size >= 1 and --length >= 1")
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    peaks = {
+        "fp32": gemm_peak(torch.float32, device, 2048 if device.type == "cpu" else 8192),
+        "bf16": gemm_peak(torch.bfloat16, device, 2048 if device.type == "cpu" else 8192),
+    }
+    echo(f"GEMM peak: fp32 {peaks['fp32']:,.0f} GFLOP/s, bf16 {peaks['bf16']:,.0f} GFLOP/s")
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (batch_size, length), generator=generator)  # [B, S]
+    tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)  # [B, T+1]
+    batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+    batch = {k: v.to(device) for k, v in batch.items()}
+    compile_modes = [False] if device.type == "cpu" else [False, True]
+    fig = {
+        "device": device_name,
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "batch_size": batch_size,
+        "length": length,
+        "vocab_size": vocab_size,
+        "repeats": repeats,
+        "num_threads": torch.get_num_threads(),
+        "gemm_peak_gflops": peaks,
+        "torch_version": torch.__version__,
+        "models": {},
+    }
+    tokens = batch_size * length  # per side
+    for model_name in model_names:
+        systems, model_cfg = train_systems(
+            model_name, vocab_size, vs == "hf", device, compile_modes, **dims
+        )
+        model_dims = {
+            k: model_cfg[k]
+            for k in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff")
+        }
+        flops = transformer_flops(model_dims, vocab_size, batch_size, length, length)
+        seconds = {name: [] for name in systems}
+        memory = {}
+        for run in range(repeats + 1):
+            for name, (step, _) in systems.items():
+                with StepMemory(device, systems[name][1].parameters()) as mem:
+                    start = _synchronized_time(device)
+                    step(batch)
+                    elapsed = _synchronized_time(device) - start
+                what = "warm-up" if run == 0 else f"run {run}/{repeats}"
+                echo(
+                    f"{model_name} {name:>18} {what}: {elapsed:.3f} s, "
+                    f"{tokens / elapsed:,.0f} target tokens/s"
+                )
+                if run:
+                    seconds[name].append(elapsed)
+                    memory[name] = (mem.saved_mib, mem.peak_mib)
+        rows = {}
+        for name, times in seconds.items():
+            median = statistics.median(times)
+            precision = "bf16" if "bf16" in name else "fp32"
+            rows[name] = {
+                "seconds": median,
+                "seconds_min": min(times),
+                "seconds_max": max(times),
+                "target_tokens_per_s": tokens / median,
+                "tokens_per_s": 2 * tokens / median,
+                "gflops": flops / median / 1e9,
+                "mfu": flops / median / 1e9 / peaks[precision],
+                "saved_for_backward_mib": memory[name][0],
+                "cuda_peak_mib": memory[name][1],
+                "parameters": sum(
+                    p.numel() for p in systems[name][1].parameters() if p.requires_grad
+                ),
+            }
+        entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows}
+        if vs == "hf":
+            entry["ratios"] = {
+                f"{a} / {b}": rows[b]["seconds"] / rows[a]["seconds"]
+                for a, b in (
+                    ("ours bf16", "hf fp32"),
+                    ("ours fp32", "hf fp32"),
+                    ("ours bf16", "hf bf16"),
+                )
+                if a in rows and b in rows
+            }
+        if device.type == "cuda":
+            fastest = min(rows.values(), key=lambda r: r["seconds"])
+            entry["projected_100k_steps_h"] = fastest["seconds"] * 100_000 / 3600
+        fig["models"][model_name] = entry
+        del systems
+    fig["load_average"] = os.getloadavg()
+    return fig
+
+
+def train_rows(fig: dict) -> list[tuple[str, ...]]:
+    """Table rows (model, system, tokens/s, range, GFLOP/s, MFU, step memory) for train figures."""
+    rows = []
+    for model_name, entry in fig["models"].items():
+        tokens = fig["batch_size"] * fig["length"]
+        for name, r in entry["systems"].items():
+            rows.append(
+                (
+                    model_name,
+                    name,
+                    f"{r['target_tokens_per_s']:,.0f}",
+                    f"{tokens / r['seconds_max']:,.0f}-{tokens / r['seconds_min']:,.0f}",
+                    f"{r['tokens_per_s']:,.0f}",
+                    f"{r['gflops']:,.0f}",
+                    f"{100 * r['mfu']:.0f}%",
+                    f"{r['saved_for_backward_mib']:,.0f}",
+                    "-" if r["cuda_peak_mib"] is None else f"{r['cuda_peak_mib']:,.0f}",
+                )
+            )
+    return rows
+
+
 def decode_rows(fig: dict) -> list[tuple[str, ...]]:
     """Table rows (system, tokens/s median, range, sentences/s, s per run) for decode figures."""
     rows = []
-    for name, label in (("ours", "ours: model.search.beam_search"), ("hf", "hf: Marian generate")):
+    for name, label in (
+        ("ours", "ours: model.search.beam_search, fp32"),
+        ("ours bf16", "ours: the same, bf16 autocast"),
+        ("hf", "hf: Marian generate, fp32"),
+    ):
         if name in fig:
             f = fig[name]
             rows.append(
@@ -667,13 +976,59 @@ def run_decode(args: argparse.Namespace) -> dict:
     headers = ("system", "tokens/s", "range", "sentences/s", "s/run")
     print(format_table(headers, decode_rows(fig)))
     if "ratio" in fig:
-        verdict = "meets" if fig["ratio"] >= 2 else "misses"
-        print(
-            f"ours / hf tokens/s: {fig['ratio']:.2f}x ({verdict} the 2x goal; transformers "
-            f"{fig['transformers_version']})"
-        )
+        for label, ratio in (("fp32", fig["ratio"]), ("bf16", fig["ratio_bf16"])):
+            verdict = "meets" if ratio >= 2 else "misses"
+            print(
+                f"ours {label} / hf fp32 tokens/s: {ratio:.2f}x ({verdict} the 2x goal; "
+                f"transformers {fig['transformers_version']})"
+            )
     if "profile" in fig:
         print("\n" + fig["profile"])
+    return fig
+
+
+def run_train(args: argparse.Namespace) -> dict:
+    """Run the training benchmark from parsed arguments and print its table."""
+    fig = benchmark_train(
+        args.model,
+        args.vs,
+        args.batch_size,
+        args.length,
+        args.vocab_size,
+        args.repeats,
+        args.device,
+        args.threads,
+    )
+    peaks = fig["gemm_peak_gflops"]
+    print(
+        f"\ntrain benchmark, {machine_line(fig)}, {fig['device_name']}, torch "
+        f"{fig['torch_version']}, {fig['num_threads']} threads\n{fig['batch_size']} sentences x "
+        f"{fig['length']} tokens per side, vocab {fig['vocab_size']}, median of {fig['repeats']} "
+        f"steps (forward, backward, clip, optimizer); GEMM peak fp32 {peaks['fp32']:,.0f}, "
+        f"bf16 {peaks['bf16']:,.0f} GFLOP/s"
+    )
+    headers = (
+        "model",
+        "system",
+        "tgt tok/s",
+        "range",
+        "src+tgt tok/s",
+        "GFLOP/s",
+        "MFU",
+        "saved MiB",
+        "CUDA peak MiB",
+    )
+    print(format_table(headers, train_rows(fig), align="llrrrrrrr"))
+    for model_name, entry in fig["models"].items():
+        dims = ", ".join(f"{k} {v}" for k, v in entry["dims"].items())
+        print(f"{model_name}: {dims}; {entry['flops_per_step'] / 1e9:,.1f} GFLOP per step")
+        for label, ratio in entry.get("ratios", {}).items():
+            print(f"  {model_name} {label} tokens/s: {ratio:.2f}x")
+        if "projected_100k_steps_h" in entry:
+            print(
+                f"  {model_name}: 100k steps at the fastest setting: "
+                f"{entry['projected_100k_steps_h']:.1f} h"
+            )
     return fig
 
 
@@ -704,7 +1059,22 @@ def main(argv: Sequence[str] | None = None) -> dict:
     decode.add_argument("--profile", action="store_true", help="print where our time goes")
     decode.set_defaults(run=run_decode)
 
+    train = commands.add_parser("train", help="train-step tokens/s, MFU, memory; vs HF Marian")
+    train.add_argument("--model", nargs="+", default=["base", "small"], help="configs/model names")
+    train.add_argument("--vs", choices=["hf"], default=None, help="compare with HF Marian")
+    train.add_argument(
+        "--batch-size", type=int, default=None, help="sentences (CPU 128; CUDA 25k tokens)"
+    )
+    train.add_argument("--length", type=int, default=32, help="tokens per sentence and side")
+    train.add_argument("--vocab-size", type=int, default=8000)
+    train.add_argument("--repeats", type=int, default=5, help="timed steps after one warm-up")
+    train.add_argument("--device", default="cpu", help="cpu or cuda")
+    train.add_argument("--threads", type=int, default=None, help="torch threads (default all)")
+    train.set_defaults(run=run_train)
+
     args = parser.parse_args(argv)
+    if getattr(args, "command", None) == "train" and args.batch_size is None:
+        args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
     return args.run(args)
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scripts.benchmark import benchmark_data, benchmark_decode, format_table, main
+from scripts.benchmark import benchmark_data, benchmark_decode, benchmark_train, format_table, main
 from tests.conftest import shared_data
 
 TINY_DIMS = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64}
@@ -89,3 +89,55 @@ def test_decode_vs_hf_decodes_equal_tokens():
     )
     assert fig["hf"]["tokens_per_s"] > 0 and fig["ours"]["tokens_per_s"] > 0
     assert fig["ratio"] == pytest.approx(fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"])
+
+
+def test_flop_formula_matches_torch_flop_counter():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from scripts.benchmark import build_models, transformer_flops
+
+    dims = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 3, "d_ff": 48}
+    model, _, _ = build_models("tiny", 50, False, **dims)
+    src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 5))
+    # the math backend runs attention as matmuls the counter sees (it skips fused kernels)
+    with FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+        model(src, tgt).sum().backward()
+    assert transformer_flops(dims, 50, batch=3, src_len=7, tgt_len=5) == counter.get_total_flops()
+
+
+def test_train_benchmark_reports_sane_figures():
+    pytest.importorskip("transformers")
+    fig = benchmark_train(
+        ["tiny"],
+        vs="hf",
+        batch_size=4,
+        length=6,
+        vocab_size=50,
+        repeats=2,
+        num_threads=1,
+        echo=lambda message: None,
+        **TINY_DIMS,
+    )
+    entry = fig["models"]["tiny"]
+    assert set(entry["systems"]) == {"ours fp32", "ours bf16", "hf fp32", "hf bf16"}
+    for name, row in entry["systems"].items():
+        assert row["seconds_min"] <= row["seconds"] <= row["seconds_max"], name
+        assert row["target_tokens_per_s"] == pytest.approx(24 / row["seconds"])
+        assert row["gflops"] == pytest.approx(entry["flops_per_step"] / row["seconds"] / 1e9)
+        assert 0 < row["mfu"] and row["saved_for_backward_mib"] > 0 and row["cuda_peak_mib"] is None
+    ours, theirs = entry["systems"]["ours bf16"], entry["systems"]["hf fp32"]
+    assert entry["ratios"]["ours bf16 / hf fp32"] == pytest.approx(
+        theirs["seconds"] / ours["seconds"]
+    )
+    assert ours["parameters"] == theirs["parameters"]  # identical dims, same trainable weights
+    assert fig["gemm_peak_gflops"]["fp32"] > 0 and fig["gemm_peak_gflops"]["bf16"] > 0
+
+
+def test_train_command_prints_a_table(capsys):
+    main(
+        ["train", "--model", "tiny", "--batch-size", "2", "--length", "3"]
+        + ["--vocab-size", "40", "--repeats", "1", "--threads", "1"]
+    )
+    out = capsys.readouterr().out
+    assert "ours bf16" in out and "MFU" in out and "GFLOP per step" in out

@@ -16,10 +16,12 @@ from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from evaluate import (
     evaluate,
     load_run,
+    native_bf16,
     rebuild_model,
     split_compounds,
     tokenized_bleu,
     translate,
+    use_bf16,
 )
 from model.checkpoint import CheckpointError
 from model.position import PositionRangeError
@@ -53,6 +55,7 @@ def test_scores_file_has_every_field(trained_run, scores):
         "lenpen",
         "by_length",
         "hypotheses",
+        "precision",
     ):
         assert key in written
     assert written["beam"] == 4 and written["lenpen"] == 0.6 and written["n_sentences"] == 500
@@ -409,3 +412,25 @@ def test_long_inputs_skip_counts_per_length_bucket(learned_run, tmp_path):
     over_decoder = sum(n + max_len_b > LEARNED_ROWS for n in src_len)
     assert sum(sources_only["skipped"].values()) == over_decoder
     assert over_decoder > sum(n + 1 > LEARNED_ROWS for n in src_len)  # more than the encoder's
+
+
+def test_precision_names_and_auto():
+    cpu = torch.device("cpu")
+    assert use_bf16("bf16", cpu) and not use_bf16("fp32", cpu)
+    assert use_bf16("auto", cpu) == native_bf16(cpu)
+    with pytest.raises(ValueError, match="precision=fp16: pass auto, bf16 or fp32"):
+        use_bf16("fp16", cpu)
+
+
+def test_bf16_search_agrees_with_fp32_on_a_trained_model(trained_run):
+    from data.corpus import load_split
+
+    state, _ = load_run(trained_run, "last")
+    model, tokenizer = rebuild_model(state, torch.device("cpu"))
+    sentences = load_split(state["config"]["data"], "validation")["src"][:100]
+    fp32 = translate(model, tokenizer, sentences, torch.device("cpu"))
+    bf16 = translate(model, tokenizer, sentences, torch.device("cpu"), bf16=True)
+    same = sum(a == b for a, b in zip(fp32, bf16, strict=True))
+    assert same >= 80, f"only {same} of 100 translations agree"
+    scores = evaluate(eval_config(trained_run, "split=test", "precision=fp32", "name=fp32"))
+    assert scores["precision"] == "fp32"

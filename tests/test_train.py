@@ -32,6 +32,23 @@ def test_label_smoothed_loss_matches_the_definition():
     assert torch.allclose(nll, F.cross_entropy(logits[real], target[real], reduction="sum"))
 
 
+def test_label_smoothed_loss_gradient_matches_autograd_through_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(1, 11, (3, 5))
+    target[0, -2:] = 0  # padding
+    loss, nll = label_smoothed_loss(logits, target, smoothing=0.1)
+    expected = F.cross_entropy(
+        logits.flatten(0, 1), target.flatten(), ignore_index=0, label_smoothing=0.1, reduction="sum"
+    )
+    (grad,) = torch.autograd.grad(loss, logits)
+    (expected_grad,) = torch.autograd.grad(expected, logits)
+    assert torch.allclose(loss, expected) and not nll.requires_grad
+    assert torch.allclose(grad, expected_grad, atol=1e-12)
+    assert grad[0, -2:].abs().max() == 0  # no gradient into padding
+    assert torch.autograd.gradcheck(lambda x: label_smoothed_loss(x, target, 0.1)[0], (logits,))
+
+
 def test_a_tiny_run_writes_metrics_checkpoints_and_logs(trained_run):
     metrics = json.loads((trained_run / "metrics.json").read_text())
     assert metrics["complete"] is True and metrics["steps"] == 240

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from model.transformer import MultiHeadAttention, count_parameters
+from model.transformer import MultiHeadAttention, count_parameters, explicit_attention
 from tests.conftest import CONFIG_DIR, tiny_model
 
 
@@ -107,3 +107,29 @@ def test_learned_overflow_in_the_model_is_the_clear_error():
     model = tiny_model(learned, max_positions=8)
     with pytest.raises(ValueError, match="past the learned position table"):
         model(torch.randint(4, 40, (1, 9)), torch.randint(4, 40, (1, 3)))
+
+
+@pytest.mark.parametrize("kind", ["causal", "padding", "bias"])
+def test_explicit_attention_equals_sdpa(kind):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64) for _ in range(3))
+    mask, is_causal = None, kind == "causal"
+    if kind == "padding":
+        mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])[:, None, None, :]
+    if kind == "bias":
+        allowed = torch.ones(5, 5, dtype=torch.bool).tril()
+        mask = torch.randn(3, 5, 5, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+    assert torch.allclose(explicit_attention(q, k, v, mask, is_causal), expected, atol=1e-12)
+
+
+def test_bf16_attention_on_cpu_is_close_to_float32():
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(32, 4)
+    x = torch.randn(2, 6, 32)
+    q, (k, v) = attention.query(x), attention.keys_values(x)
+    expected = attention.attend(q, k, v, is_causal=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = attention.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
+    assert got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), expected, atol=0.05)
