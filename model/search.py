@@ -27,13 +27,13 @@ def _reorder(cache: list[LayerCache], rows: torch.Tensor, names: tuple[str, ...]
                 layer[name] = layer[name].index_select(0, rows)
 
 
-def _force_eos(logp: torch.Tensor, at_limit: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """logp [N, V] with every token but EOS at -inf in the rows at their length limit [N]."""
+def _force_eos(scores: torch.Tensor, at_limit: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """Scores [N, V] with every token but EOS at -inf in the rows at their length limit [N]."""
     if not bool(at_limit.any()):
-        return logp
-    not_eos = torch.ones(logp.size(-1), dtype=torch.bool, device=logp.device)
+        return scores
+    not_eos = torch.ones(scores.size(-1), dtype=torch.bool, device=scores.device)
     not_eos[eos_id] = False
-    return logp.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
+    return scores.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
 
 
 @torch.no_grad()
@@ -49,8 +49,8 @@ def greedy_search(
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(int(max_lens.max())):
         logits = model.decode(tokens[:, -1:], None, src_keep, cache, offset=step)[:, -1]
-        logp = _force_eos(logits.float().log_softmax(-1), step + 1 >= max_lens, eos_id)
-        next_token = logp.argmax(-1).masked_fill(done, eos_id)  # [B]
+        logits = _force_eos(logits, step + 1 >= max_lens, eos_id)  # [B, V]
+        next_token = logits.argmax(-1).masked_fill(done, eos_id)  # [B], argmax of log P
         tokens = torch.cat((tokens, next_token[:, None]), dim=1)  # [B, step + 2]
         done |= next_token == eos_id
         if bool(done.all()):
@@ -101,7 +101,7 @@ def beam_search(
     for step in range(int(max_lens.max())):
         n = alive.size(0)
         logits = model.decode(alive[:, :, -1].reshape(-1, 1), None, src_keep, cache, offset=step)
-        logp = logits[:, -1].float().log_softmax(-1)  # [N * K, V]
+        logp = logits[:, -1].log_softmax(-1, dtype=torch.float32)  # [N * K, V]
         logp = _force_eos(logp, (step + 1 >= max_lens).repeat_interleave(k), eos_id)
         vocab = logp.size(-1)
         candidates = (alive_logp[:, :, None] + logp.view(n, k, vocab)).view(n, k * vocab)
