@@ -36,7 +36,7 @@ def _force_eos(scores: torch.Tensor, at_limit: torch.Tensor, eos_id: int) -> tor
     return scores.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_search(
     model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len_b: int = 50
 ) -> list[list[int]]:
@@ -62,7 +62,7 @@ def _strip(tokens: list[int], eos_id: int) -> list[int]:
     return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Transformer,
     src: torch.Tensor,

@@ -695,12 +695,14 @@ class StepMemory:
 
     ``saved_mib``: distinct storages autograd keeps for the backward pass (activations and
     bf16 weight copies; the parameters themselves are not counted), the same measure for any
-    model and device. ``peak_mib`` (CUDA only): the allocator's peak above its level at entry.
+    model and device (None with track_saved off, for compiled models). ``peak_mib`` (CUDA
+    only): the allocator's peak above its level at entry.
     """
 
-    def __init__(self, device, parameters):
+    def __init__(self, device, parameters, track_saved: bool = True):
         self.device = device
-        self.saved_mib = 0.0
+        self.track_saved = track_saved
+        self.saved_mib: float | None = None
         self.peak_mib: float | None = None
         self._params = {p.untyped_storage().data_ptr() for p in parameters}
         self._storages: dict[int, int] = {}
@@ -719,14 +721,16 @@ class StepMemory:
             self._base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-        self._hooks.__enter__()
+        if self.track_saved:
+            self._hooks.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         import torch
 
-        self._hooks.__exit__(*exc)
-        self.saved_mib = sum(self._storages.values()) / 2**20
+        if self.track_saved:
+            self._hooks.__exit__(*exc)
+            self.saved_mib = sum(self._storages.values()) / 2**20
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self.peak_mib = (torch.cuda.max_memory_allocated(self.device) - self._base) / 2**20
@@ -860,7 +864,9 @@ def benchmark_train(
         memory = {}
         for run in range(repeats + 1):
             for name, (step, _) in systems.items():
-                with StepMemory(device, systems[name][1].parameters()) as mem:
+                # saved-tensor hooks and torch.compile do not mix: compiled steps report none
+                track = "compiled" not in name
+                with StepMemory(device, systems[name][1].parameters(), track) as mem:
                     start = _synchronized_time(device)
                     step(batch)
                     elapsed = _synchronized_time(device) - start
@@ -929,7 +935,9 @@ def train_rows(fig: dict) -> list[tuple[str, ...]]:
                     f"{r['tokens_per_s']:,.0f}",
                     f"{r['gflops']:,.0f}",
                     f"{100 * r['mfu']:.0f}%",
-                    f"{r['saved_for_backward_mib']:,.0f}",
+                    "-"
+                    if r["saved_for_backward_mib"] is None
+                    else f"{r['saved_for_backward_mib']:,.0f}",
                     "-" if r["cuda_peak_mib"] is None else f"{r['cuda_peak_mib']:,.0f}",
                 )
             )
