@@ -720,8 +720,8 @@ class StepMemory:
             torch.cuda.synchronize(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
         if self.track_saved:
+            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
             self._hooks.__enter__()
         return self
 
