@@ -16,36 +16,29 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
-import numpy as np
-import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from data.batching import TokenBatchSampler, collate
-from data.corpus import prepare_data
+from data.bleu import sacrebleu_score
+from data.corpus import PreparedData, prepare_data, sequence_lengths
+from data.files import write_json
 from data.tokenizer import PAD_ID
-from evaluate import (
-    perplexity,
-    resolve_device,
-    sacrebleu_score,
-    translate,
-    use_bf16,
-    write_json,
-)
 from model.checkpoint import (
     load_latest_checkpoint,
     prune_checkpoints,
     remove_temporary_files,
     save_checkpoint,
 )
-from model.transformer import count_parameters
+from model.device import resolve_device, use_bf16
+from model.loss import forward_backward, perplexity
+from model.optim import noam_adam
+from model.transformer import build_model, count_parameters
+from model.translate import translate
 
 log = logging.getLogger("train")
 
@@ -68,136 +61,93 @@ def on_rank_zero(value, otherwise=None):
 OmegaConf.register_new_resolver("on_rank_zero", on_rank_zero, replace=True)
 
 
-def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
-    """lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (§5.3), step from 1."""
-    step = max(step, 1)
-    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
+    """This process's rank, the world size and its device; joins the DDP group under torchrun."""
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if trainer.num_threads:
+        torch.set_num_threads(trainer.num_threads)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    return rank, world, device
 
 
-class LabelSmoothedCrossEntropy(torch.autograd.Function):
-    """Per-token label-smoothed cross-entropy [N] and NLL [N] of logits [N, V], pads zero.
+def load_data(cfg: DictConfig, rank: int, world: int) -> PreparedData:
+    """The tokenized, cleaned corpus (rank 0 prepares and caches it first); data.json on rank 0."""
+    if world > 1 and rank != 0:
+        dist.barrier()
+    data = prepare_data(cfg.data, cfg.cache_dir, log=log.info)
+    if world > 1 and rank == 0:
+        dist.barrier()
+    if rank == 0:
+        sizes = {name: len(split) for name, split in data.splits.items()}
+        tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
+        summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
+        write_json(Path(cfg.run_dir) / "data.json", summary)
+    return data
 
-    One log-softmax forward in float32 (or wider); backward writes the gradient in one pass,
-    softmax - (1 - eps) * onehot - eps / V, instead of autograd's chain of [N, V] tensors.
+
+def accumulate_gradients(model, micro: list[dict], cfg: DictConfig, device, bf16: bool, world):
+    """Gradients of the mean label-smoothed loss per target token over micro-batches (and ranks).
+
+    Returns the summed loss and NLL (this rank's, times the world size) and the target-token
+    count over every rank, read from the device once, after the last backward pass.
     """
-
-    @staticmethod
-    def forward(ctx, logits, target, smoothing: float, ignore_index: int):
-        wide = torch.promote_types(logits.dtype, torch.float32)
-        log_probs = F.log_softmax(logits.to(wide), dim=-1)  # [N, V]
-        keep = (target != ignore_index).float()  # [N]
-        nll = -log_probs.gather(1, target[:, None]).squeeze(1) * keep  # [N]
-        loss = (1 - smoothing) * nll - smoothing * log_probs.mean(dim=-1) * keep
-        ctx.save_for_backward(log_probs, target, keep)
-        ctx.smoothing, ctx.logits_dtype = smoothing, logits.dtype
-        ctx.mark_non_differentiable(nll)
-        return loss, nll
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_nll):
-        log_probs, target, keep = ctx.saved_tensors
-        smoothing = ctx.smoothing
-        grad = log_probs.exp().sub_(smoothing / log_probs.size(1))  # [N, V]
-        grad.scatter_add_(1, target[:, None], grad.new_full((grad.size(0), 1), smoothing - 1))
-        grad.mul_((grad_loss * keep)[:, None])
-        return grad.to(ctx.logits_dtype), None, None, None
-
-
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float):
-    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets (§5.4).
-
-    Equal to ``F.cross_entropy(..., label_smoothing=smoothing, ignore_index=PAD_ID)`` summed.
-    """
-    loss, nll = LabelSmoothedCrossEntropy.apply(
-        logits.flatten(0, 1), target.flatten(), smoothing, PAD_ID
+    n_tokens = torch.tensor(
+        float(sum(int((b["tgt_out"] != PAD_ID).sum()) for b in micro)), device=device
     )
-    return loss.sum(), nll.sum()
+    if world > 1:
+        dist.all_reduce(n_tokens)
+    model.train()
+    sums = torch.zeros(2, device=device)  # [loss, nll]
+    for i, batch in enumerate(micro):
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        sync = nullcontext() if world == 1 or i == len(micro) - 1 else model.no_sync()
+        with sync:
+            loss, nll = forward_backward(
+                model, batch, cfg.optim.label_smoothing, world / n_tokens, bf16
+            )
+        sums += torch.stack((loss, nll))
+    loss_sum, nll_sum, tokens = torch.cat((sums * world, n_tokens[None])).tolist()
+    return loss_sum, nll_sum, int(tokens)
 
 
-def forward_backward(
-    model: torch.nn.Module, batch: dict, smoothing: float, scale, bf16: bool
-) -> tuple[float, float]:
-    """Backpropagate scale x the batch's label-smoothed loss; return its summed loss and NLL.
-
-    bf16: the forward pass under bf16 autocast (weights and gradients stay float32).
-    """
-    device_type = batch["src"].device.type
-    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(batch["src"], batch["tgt_in"])  # [B, T, V]
-        loss, nll = label_smoothed_loss(logits, batch["tgt_out"], smoothing)
-    (loss * scale).backward()
-    return loss.item(), nll.item()
-
-
-def sequence_lengths(dataset, column: str) -> np.ndarray:
-    """Lengths of a list column, read from Arrow without building Python lists."""
-    return pc.list_value_length(dataset.with_format("arrow")[column]).to_numpy()
+def peak_memory_gib(device: torch.device) -> float:
+    """Peak CUDA memory allocated, or the process's peak resident memory on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
 def train(cfg: DictConfig) -> dict:
     """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json)."""
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    device = resolve_device(cfg.trainer.device, int(os.environ.get("LOCAL_RANK", 0)))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if cfg.trainer.num_threads:
-        torch.set_num_threads(cfg.trainer.num_threads)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    rank, world, device = start_process(cfg.trainer)
     bf16 = use_bf16(cfg.trainer.precision, device)
-    run_dir, main_rank = Path(cfg.run_dir), rank == 0
+    run_dir, main_rank, trainer = Path(cfg.run_dir), rank == 0, cfg.trainer
     ckpt_dir = run_dir / "checkpoints"
     torch.manual_seed(cfg.seed)
-
-    if world > 1 and rank != 0:
-        dist.barrier()  # rank 0 prepares (and caches) the data first
-    data = prepare_data(cfg.data, cfg.cache_dir, log=log.info)
-    if world > 1 and rank == 0:
-        dist.barrier()
-    if main_rank:
-        sizes = {name: len(split) for name, split in data.splits.items()}
-        tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
-        write_json(
-            run_dir / "data.json",
-            {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer},
-        )
+    data = load_data(cfg, rank, world)
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     dev_set = data.splits["validation"]
-    try:
-        model = instantiate(
-            cfg.model, position=cfg.position, vocab_size=data.tokenizer.vocab_size, pad_id=PAD_ID
-        )
-    except InstantiationException as e:  # a bad model/position setting: its own one-line error
-        if not isinstance(e.__cause__, ValueError):
-            raise
-        raise e.__cause__ from None
-    model.to(device)
-    n_params = count_parameters(model)
-    log.info(f"model: {n_params:,} parameters, position={cfg.position._target_.rsplit('.', 1)[-1]}")
-    optimizer = torch.optim.Adam(
-        model.parameters(),
-        lr=1.0,
-        betas=tuple(cfg.optim.betas),
-        eps=cfg.optim.eps,
-        fused=True,
+    model = build_model(cfg.model, cfg.position, data.tokenizer.vocab_size, PAD_ID).to(device)
+    position = cfg.position._target_.rsplit(".", 1)[-1]
+    log.info(f"model: {count_parameters(model):,} parameters, position={position}")
+    optim = cfg.optim
+    optimizer, schedule = noam_adam(
+        model.parameters(), cfg.model.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: noam_lr(s + 1, cfg.model.d_model, cfg.optim.warmup, cfg.optim.lr_scale)
-    )
+    src_lengths, tgt_lengths = (sequence_lengths(train_set, c) for c in ("src_ids", "tgt_ids"))
     sampler = TokenBatchSampler(
-        sequence_lengths(train_set, "src_ids"),
-        sequence_lengths(train_set, "tgt_ids"),
-        cfg.data.max_tokens,
-        seed=cfg.seed,
-        num_replicas=world,
-        rank=rank,
+        src_lengths, tgt_lengths, cfg.data.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank
     )
     for split in (train_set, dev_set):  # fail before the first step, not at a long batch
         model.encoder_position.check_length(int(sequence_lengths(split, "src_ids").max(initial=1)))
         model.decoder_position.check_length(int(sequence_lengths(split, "tgt_ids").max(initial=1)))
-    update_freq = cfg.trainer.update_freq or max(
-        1, round(cfg.trainer.effective_tokens / (world * cfg.data.max_tokens))
+    update_freq = trainer.update_freq or max(
+        1, round(trainer.effective_tokens / (world * cfg.data.max_tokens))
     )
 
     step, best_ppl, tokens_seen, bad_steps = 0, math.inf, 0, 0
@@ -211,98 +161,74 @@ def train(cfg: DictConfig) -> dict:
         remove_temporary_files(ckpt_dir)
         (run_dir / "metrics.json").unlink(missing_ok=True)
     if resumed is not None:
-        model.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        schedule.load_state_dict(resumed["schedule"])
+        for name, part in [("model", model), ("optimizer", optimizer), ("schedule", schedule)]:
+            part.load_state_dict(resumed[name])
         sampler.load_state_dict(resumed["sampler"])
         torch.set_rng_state(resumed["rng"]["torch"])
         step, best_ppl, tokens_seen = resumed["step"], resumed["best_ppl"], resumed["tokens_seen"]
         log.info(f"resumed from step {step}")
-    train_model = torch.compile(model) if cfg.trainer.compile else model
+    train_model = torch.compile(model) if trainer.compile else model
     if world > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
     writer = SummaryWriter(run_dir / "tensorboard") if main_rank else None
     resolved = OmegaConf.to_container(cfg, resolve=True)
 
-    def state() -> dict:
-        return {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "sampler": sampler.state_dict(),
-            "rng": {"torch": torch.get_rng_state()},
-            "step": step,
-            "best_ppl": best_ppl,
-            "tokens_seen": tokens_seen,
-            "config": resolved,
-            "tokenizer": {"path": str(data.tokenizer.path), "sha256": data.tokenizer.sha256},
-        }
-
     def save(name: str) -> None:
         if main_rank:
-            save_checkpoint(state(), ckpt_dir / name)
-
-    loader_rng = torch.Generator()
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(),
+                "sampler": sampler.state_dict(),
+                "rng": {"torch": torch.get_rng_state()},
+                "step": step,
+                "best_ppl": best_ppl,
+                "tokens_seen": tokens_seen,
+                "config": resolved,
+                "tokenizer": {"path": str(data.tokenizer.path), "sha256": data.tokenizer.sha256},
+            }
+            save_checkpoint(state, ckpt_dir / name)
 
     def batches():
-        while (
-            cfg.trainer.max_epochs is None or sampler.state_dict()["epoch"] < cfg.trainer.max_epochs
-        ):
-            # its own generator: creating a loader must not draw from the global (dropout) RNG
+        loader_rng = torch.Generator()  # its own: a new loader must not draw from dropout's RNG
+        while trainer.max_epochs is None or sampler.state_dict()["epoch"] < trainer.max_epochs:
             loader = DataLoader(
-                train_set, batch_sampler=sampler, collate_fn=collate, generator=loader_rng
+                train_set,
+                batch_sampler=sampler,
+                collate_fn=collate,
+                generator=loader_rng,
+                pin_memory=device.type == "cuda",
             )
             yield from loader
             sampler.set_epoch(sampler.state_dict()["epoch"] + 1)
 
-    stream, start, last_save = batches(), time.monotonic(), time.monotonic()
-    bar = tqdm(
-        total=cfg.trainer.max_steps, initial=step, disable=not (main_rank and sys.stderr.isatty())
-    )
-    interval_tokens, interval_start, loss_avg = 0, time.monotonic(), None
-    dev_ppl = dev_bleu = dev_step = None
-
     def check_dev() -> None:
         nonlocal dev_ppl, dev_bleu, dev_step, best_ppl
         if main_rank:
-            dev_ppl, dev_bleu = validate(
-                model, dev_set, data.tokenizer, cfg, device, bf16, writer, step
-            )
+            dev_ppl, dev_bleu = validate(model, dev_set, data, cfg, device, bf16, writer, step)
             dev_step = step
             if dev_ppl < best_ppl:
                 best_ppl = dev_ppl
                 save("best.pt")
 
-    while step < cfg.trainer.max_steps:
-        if cfg.trainer.max_minutes and time.monotonic() - start > 60 * cfg.trainer.max_minutes:
-            log.info(
-                f"stopping at step {step}: trainer.max_minutes={cfg.trainer.max_minutes} reached"
-            )
+    stream, start, last_save = batches(), time.monotonic(), time.monotonic()
+    bar = tqdm(
+        total=trainer.max_steps, initial=step, disable=not (main_rank and sys.stderr.isatty())
+    )
+    interval_tokens, interval_start, loss_avg = 0, time.monotonic(), None
+    dev_ppl = dev_bleu = dev_step = None
+    while step < trainer.max_steps:
+        if trainer.max_minutes and time.monotonic() - start > 60 * trainer.max_minutes:
+            log.info(f"stopping at step {step}: trainer.max_minutes={trainer.max_minutes} reached")
             break
         micro = [b for _, b in zip(range(update_freq), stream, strict=False)]
         if not micro:
-            log.info(
-                f"stopping at step {step}: trainer.max_epochs={cfg.trainer.max_epochs} reached"
-            )
+            log.info(f"stopping at step {step}: trainer.max_epochs={trainer.max_epochs} reached")
             break
-        n_tokens = torch.tensor(
-            float(sum(int((b["tgt_out"] != PAD_ID).sum()) for b in micro)), device=device
+        loss_sum, nll_sum, tokens = accumulate_gradients(
+            train_model, micro, cfg, device, bf16, world
         )
-        if world > 1:
-            dist.all_reduce(n_tokens)
-        train_model.train()
-        loss_sum = nll_sum = 0.0
-        for i, batch in enumerate(micro):
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            sync = nullcontext() if world == 1 or i == len(micro) - 1 else train_model.no_sync()
-            with sync:
-                loss, nll = forward_backward(
-                    train_model, batch, cfg.optim.label_smoothing, world / n_tokens, bf16
-                )
-            loss_sum, nll_sum = loss_sum + loss, nll_sum + nll
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            model.parameters(), cfg.optim.clip_norm or math.inf
-        )
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm or math.inf)
         if not math.isfinite(loss_sum) or not torch.isfinite(grad_norm):
             bad_steps += 1
             optimizer.zero_grad(set_to_none=True)
@@ -312,9 +238,9 @@ def train(cfg: DictConfig) -> dict:
             )
             if bad_steps >= 10:
                 raise FloatingPointError(
-                    f"{bad_steps} non-finite updates in a row at step {step + 1}: "
-                    "lower optim.lr_scale or "
-                    f"set optim.clip_norm; the last good checkpoint is in {ckpt_dir}"
+                    f"{bad_steps} non-finite updates in a row at step {step + 1}: lower "
+                    "optim.lr_scale or set optim.clip_norm; the last good checkpoint is in "
+                    f"{ckpt_dir}"
                 )
             continue
         bad_steps = 0
@@ -322,76 +248,67 @@ def train(cfg: DictConfig) -> dict:
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
         step += 1
-        tokens = int(n_tokens.item())
         tokens_seen, interval_tokens = tokens_seen + tokens, interval_tokens + tokens
-        loss_tok = loss_sum * world / tokens
-        loss_avg = loss_tok if loss_avg is None else 0.98 * loss_avg + 0.02 * loss_tok
-        bar.update(1)
-        bar.set_postfix(
-            loss=f"{loss_avg:.3f}",
-            tok_s=f"{interval_tokens / (time.monotonic() - interval_start):.0f}",
+        loss_avg = (
+            loss_sum / tokens if loss_avg is None else 0.98 * loss_avg + 0.02 * loss_sum / tokens
         )
+        tok_s = interval_tokens / (time.monotonic() - interval_start)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{tok_s:.0f}")
 
-        if main_rank and step % cfg.trainer.log_every == 0:
-            elapsed = time.monotonic() - interval_start
-            tok_s = interval_tokens / elapsed
-            eta = (cfg.trainer.max_steps - step) * elapsed / cfg.trainer.log_every / 60
-            if cfg.trainer.max_minutes:
-                eta = min(eta, cfg.trainer.max_minutes - (time.monotonic() - start) / 60)
+        if main_rank and step % trainer.log_every == 0:
+            step_s = (time.monotonic() - interval_start) / trainer.log_every
+            eta = (trainer.max_steps - step) * step_s / 60
+            if trainer.max_minutes:
+                eta = min(eta, trainer.max_minutes - (time.monotonic() - start) / 60)
             lr = schedule.get_last_lr()[0]
             log.info(
-                f"step {step} loss {loss_avg:.3f} nll {nll_sum / tokens * world:.3f} "
+                f"step {step} loss {loss_avg:.3f} nll {nll_sum / tokens:.3f} "
                 f"lr {lr:.2e} tok/s {tok_s:.0f} ETA {eta:.1f} min"
             )
             for name, value in [
                 ("loss", loss_avg),
-                ("nll", nll_sum * world / tokens),
+                ("nll", nll_sum / tokens),
                 ("lr", lr),
                 ("grad_norm", float(grad_norm)),
                 ("tokens_per_s", tok_s),
-                ("step_s", elapsed / cfg.trainer.log_every),
+                ("step_s", step_s),
+                ("memory_gib", peak_memory_gib(device)),
             ]:
                 writer.add_scalar(f"train/{name}", value, step)
-            if device.type == "cuda":
-                memory = torch.cuda.max_memory_allocated(device) / 2**30
-            else:  # peak resident memory of the process (Linux reports KiB)
-                memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            writer.add_scalar("train/memory_gib", memory, step)
             interval_tokens, interval_start = 0, time.monotonic()
 
-        if step % cfg.trainer.eval_every == 0:
+        if step % trainer.eval_every == 0:
             check_dev()
         due_minutes = (
-            cfg.trainer.save_every_minutes
-            and time.monotonic() - last_save > 60 * cfg.trainer.save_every_minutes
+            trainer.save_every_minutes
+            and time.monotonic() - last_save > 60 * trainer.save_every_minutes
         )
-        due_steps = cfg.trainer.save_every_steps and step % cfg.trainer.save_every_steps == 0
-        if due_minutes or due_steps:
+        if due_minutes or (trainer.save_every_steps and step % trainer.save_every_steps == 0):
             save(f"step_{step}.pt")
             save("last.pt")
             if main_rank:
-                prune_checkpoints(ckpt_dir, cfg.trainer.keep_last)
+                prune_checkpoints(ckpt_dir, trainer.keep_last)
             last_save = time.monotonic()
     bar.close()
 
     if dev_step != step:
         check_dev()
     save("last.pt")
+    wall = time.monotonic() - start
+    epoch = sampler.state_dict()
     metrics = {
         "complete": True,
         "steps": step,
-        "epochs": round(
-            sampler.state_dict()["epoch"] + sampler.state_dict()["position"] / max(len(sampler), 1),
-            3,
-        ),
-        "wall_seconds": round(time.monotonic() - start, 1),
+        "epochs": round(epoch["epoch"] + epoch["position"] / max(len(sampler), 1), 3),
+        "wall_seconds": round(wall, 1),
         "tokens_seen": tokens_seen,
         "train_loss": loss_avg,
         "dev_ppl": dev_ppl,
         "dev_bleu_greedy": dev_bleu,
-        "tokens_per_s": round(tokens_seen / max(time.monotonic() - start, 1e-9), 1),
-        "parameters": n_params,
-        "position": cfg.position._target_.rsplit(".", 1)[-1],
+        "tokens_per_s": round(tokens_seen / max(wall, 1e-9), 1),
+        "parameters": count_parameters(model),
+        "position": position,
         "seed": cfg.seed,
         "update_freq": update_freq,
         "world_size": world,
@@ -405,9 +322,7 @@ def train(cfg: DictConfig) -> dict:
     return metrics
 
 
-def validate(
-    model, dev_set, tokenizer, cfg, device, bf16, writer, step
-) -> tuple[float, float | None]:
+def validate(model, dev_set, data, cfg, device, bf16, writer, step) -> tuple[float, float | None]:
     """Dev perplexity per target subword (Table 3's PPL), and greedy BLEU on the first N."""
     ppl = perplexity(model, dev_set["src_ids"], dev_set["tgt_ids"], cfg.data.max_tokens, device)
     writer.add_scalar("dev/ppl", ppl, step)
@@ -417,7 +332,7 @@ def validate(
         subset = dev_set.select(range(min(n, len(dev_set))))
         hyps = translate(
             model,
-            tokenizer,
+            data.tokenizer,
             subset["src"],
             device,
             beam=1,
@@ -426,11 +341,8 @@ def validate(
         )
         bleu = sacrebleu_score(hyps, subset["tgt"])
         writer.add_scalar("dev/bleu_greedy", bleu, step)
-        writer.add_text(
-            "dev/samples",
-            "\n\n".join(f"{s} → {h}" for s, h in zip(subset["src"][:3], hyps[:3], strict=True)),
-            step,
-        )
+        samples = zip(subset["src"][:3], hyps[:3], strict=True)
+        writer.add_text("dev/samples", "\n\n".join(f"{s} → {h}" for s, h in samples), step)
         message += f" greedy BLEU {bleu:.2f} on {len(hyps)} sentences"
     log.info(message)
     return ppl, bleu

@@ -105,14 +105,16 @@ def load_hub(path: str, name: str | None = None, **kwargs: Any) -> datasets.Data
     return loaded
 
 
-def _read_lines(path: Path, split: str, lang: str) -> list[str]:
-    """Return the lines of a UTF-8 text file without their line terminators."""
+def read_lines(path: str | Path, field: str) -> list[str]:
+    """The lines of the UTF-8 text file that `field=path` names, without their terminators.
+
+    Lines end at "\n" (or "\r\n") only, so every line pairs with the same line of an aligned
+    file; a leading byte-order mark is dropped. A missing or undecodable file: one DataError.
+    """
+    path = Path(path).expanduser()
     if not path.is_file():
         what = "is not a file" if path.exists() else "not found"
-        raise DataError(
-            f"data file {what}: {path} (split '{split}', language '{lang}'); create it or fix "
-            f"data.corpus.files.{split}.{lang}"
-        )
+        raise DataError(f"{field}={path}: {what}; create it or pass an existing UTF-8 text file")
     lines = []
     with path.open("rb") as f:
         for number, raw in enumerate(f, start=1):
@@ -120,8 +122,8 @@ def _read_lines(path: Path, split: str, lang: str) -> list[str]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(
-                    f"{path}: invalid UTF-8 on line {number} (byte {e.start} of the line); "
-                    "re-encode the file as UTF-8"
+                    f"{field}={path}: invalid UTF-8 on line {number} (byte {e.start} of the "
+                    "line); re-encode the file as UTF-8"
                 ) from e
             if number == 1 and line.startswith("\ufeff"):
                 line = line[1:]
@@ -148,7 +150,9 @@ def load_text_pairs(files: Mapping[str, Mapping[str, str]]) -> datasets.DatasetD
                 f"data.corpus.files.{split} must map each language to a file path, got {langs!r}"
             )
         paths = {str(lang): Path(str(p)).expanduser() for lang, p in langs.items()}
-        columns = {lang: _read_lines(p, split, lang) for lang, p in paths.items()}
+        columns = {
+            lang: read_lines(p, f"data.corpus.files.{split}.{lang}") for lang, p in paths.items()
+        }
         (first, first_lines), *others = columns.items()
         for lang, lines in others:
             if len(lines) != len(first_lines):
@@ -305,6 +309,11 @@ def clean_train(
             "corpus and data.max_len/data.max_ratio/data.train_max_src_words"
         )
     return train, counts
+
+
+def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
+    """Lengths of a list column (e.g. src_ids), read from Arrow without building Python lists."""
+    return pc.list_value_length(dataset.with_format("arrow")[column]).to_numpy()
 
 
 @dataclass

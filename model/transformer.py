@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from torch import nn
 
 from model.position import PositionEncoding
@@ -310,3 +312,16 @@ def reorder_cache(cache: list[LayerCache], index: torch.Tensor) -> list[LayerCac
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters (the shared embedding counted once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def build_model(model_cfg, position_cfg, vocab_size: int, pad_id: int = 0) -> Transformer:
+    """The Transformer that configs/model/*.yaml and configs/position/*.yaml describe.
+
+    A bad setting raises its own one-line ValueError, not Hydra's wrapped traceback.
+    """
+    try:
+        return instantiate(model_cfg, position=position_cfg, vocab_size=vocab_size, pad_id=pad_id)
+    except InstantiationException as e:
+        if not isinstance(e.__cause__, ValueError):
+            raise
+        raise e.__cause__ from None

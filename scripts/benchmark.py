@@ -51,7 +51,7 @@ both systems are made to produce exactly the same number of tokens.
 ``train`` times full training steps (forward, label-smoothed loss, backward, gradient clipping,
 optimizer step) on random batches of ``--batch-size`` sentences x ``--length`` tokens per side
 (no padding), for each ``configs/model/<--model>.yaml`` at vocabulary ``--vocab-size``: ours
-through ``train.forward_backward`` with the Adam train.py builds (fused, float32 master
+through ``model.loss.forward_backward`` with the Adam train.py builds (fused, float32 master
 weights), in fp32 and under bf16 autocast. With ``--vs hf`` the same for Hugging Face
 ``MarianMTModel`` of identical dims the way its Trainer trains it (``LabelSmoother``, fused
 AdamW, max_grad_norm 1.0), A/B interleaved in one process: one warm-up step each, then
@@ -741,7 +741,7 @@ def train_systems(model_name: str, vocab_size: int, with_hf: bool, device, compi
     import torch
     from omegaconf import OmegaConf
 
-    from train import forward_backward
+    from model.loss import forward_backward
 
     optim = OmegaConf.load(ROOT / "configs" / "optim" / "noam.yaml")
     ours, theirs, model_cfg = build_models(model_name, vocab_size, with_hf, **dims)
@@ -808,11 +808,14 @@ def benchmark_train(
     device_name: str = "cpu",
     num_threads: int | None = None,
     echo: Callable[[str], None] = print,
+    compile_modes: Sequence[bool] | None = None,
     **dims,
 ) -> dict:
     """Training-step throughput, GFLOP/s, MFU and step memory per model size and system.
 
-    dims override the model configs' (d_model=..., ...), as in benchmark_decode.
+    dims override the model configs' (d_model=..., ...), as in benchmark_decode. compile_modes:
+    eager and/or torch.compile'd steps of ours (default: eager on CPU, both on CUDA); a compiled
+    step that fails is reported under "failed" and left out.
     """
     import torch
 
@@ -837,7 +840,8 @@ def benchmark_train(
     tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)  # [B, T+1]
     batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
     batch = {k: v.to(device) for k, v in batch.items()}
-    compile_modes = [False] if device.type == "cpu" else [False, True]
+    if compile_modes is None:
+        compile_modes = [False] if device.type == "cpu" else [False, True]
     fig = {
         "device": device_name,
         "device_name": hardware_name(device),
@@ -861,14 +865,24 @@ def benchmark_train(
         }
         flops = transformer_flops(model_dims, vocab_size, batch_size, length, length)
         seconds = {name: [] for name in systems}
-        memory = {}
+        memory, failed = {}, {}
         for run in range(repeats + 1):
             for name, (step, _) in systems.items():
+                if name in failed:
+                    continue
                 # saved-tensor hooks and torch.compile do not mix: compiled steps report none
                 track = "compiled" not in name
                 with StepMemory(device, systems[name][1].parameters(), track) as mem:
                     start = _synchronized_time(device)
-                    step(batch)
+                    try:
+                        step(batch)
+                    except Exception as e:  # a compiler missing on this machine: report, go on
+                        if "compiled" not in name:
+                            raise
+                        failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+                        echo(f"{model_name} {name}: failed ({failed[name]}); left out")
+                        systems[name][1].zero_grad(set_to_none=True)
+                        continue
                     elapsed = _synchronized_time(device) - start
                 what = "warm-up" if run == 0 else f"run {run}/{repeats}"
                 echo(
@@ -880,6 +894,8 @@ def benchmark_train(
                     memory[name] = (mem.saved_mib, mem.peak_mib)
         rows = {}
         for name, times in seconds.items():
+            if name in failed:
+                continue
             median = statistics.median(times)
             precision = "bf16" if "bf16" in name else "fp32"
             rows[name] = {
@@ -896,7 +912,7 @@ def benchmark_train(
                     p.numel() for p in systems[name][1].parameters() if p.requires_grad
                 ),
             }
-        entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows}
+        entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows, "failed": failed}
         if vs == "hf":
             entry["ratios"] = {
                 f"{a} / {b}": rows[b]["seconds"] / rows[a]["seconds"]
@@ -1071,6 +1087,8 @@ def run_train(args: argparse.Namespace) -> dict:
             if label == "ours bf16 / hf fp32":
                 goal = f" ({'meets' if ratio >= 1.5 else 'misses'} the 1.5x goal)"
             print(f"  {model_name} {label} tokens/s: {ratio:.2f}x{goal}")
+        for name, error in entry.get("failed", {}).items():
+            print(f"  {model_name} {name}: failed, left out ({error})")
         if "projected_100k_steps_h" in entry:
             print(
                 f"  {model_name}: 100k steps at the fastest setting: "
@@ -1120,8 +1138,15 @@ def main(argv: Sequence[str] | None = None) -> dict:
     train.set_defaults(run=run_train)
 
     args = parser.parse_args(argv)
-    if getattr(args, "command", None) == "train" and args.batch_size is None:
-        args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
+    if getattr(args, "command", None) == "train":
+        import torch
+
+        if args.device not in ("cpu", "cuda"):
+            parser.error(f"--device {args.device}: pass cpu or cuda")
+        if args.device == "cuda" and not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here; run it on a GPU machine")
+        if args.batch_size is None:
+            args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
     return args.run(args)
 
 

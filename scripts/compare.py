@@ -602,10 +602,10 @@ def compare(
         out_dir = Path(os.path.commonpath([str(r.path.resolve().parent) for r in runs])) / "compare"
     out_dir.mkdir(parents=True, exist_ok=True)
     table = markdown(result)
-    (out_dir / "compare.md").write_text(table, encoding="utf-8")
-    (out_dir / "compare.json").write_text(
-        json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
+    from data.files import write_json, write_text
+
+    write_text(out_dir / "compare.md", table)
+    write_json(out_dir / "compare.json", result)
     plot_bleu_by_variant(result, out_dir / "bleu_by_variant.png")
     plot_bleu_by_length(result, out_dir / "bleu_by_length.png")
     plot_dev_ppl_curves(result, out_dir / "dev_ppl_curves.png")

@@ -198,7 +198,8 @@ def kept_lines(run_dir: Path, srcs: list[str], refs: list[str], scores: dict) ->
         return list(range(len(srcs)))
     import torch
 
-    from evaluate import fitting_lines, load_run, rebuild_model
+    from model.checkpoint import load_run, rebuild_model
+    from model.translate import fitting_lines
 
     model, tokenizer = rebuild_model(load_run(run_dir, "last")[0], torch.device("cpu"))
     where = f"{scores['name']} of {run_dir}"
@@ -377,7 +378,7 @@ def study(
     overrides: Sequence[str] = (),
 ) -> dict:
     """Train, evaluate and score every variant x seed; write the table, JSON and plot."""
-    from evaluate import write_json, write_text
+    from data.files import write_json, write_text
 
     if corpus not in CORPORA:
         raise StudyError(f"--corpus {corpus}: pass one of {', '.join(CORPORA)}")

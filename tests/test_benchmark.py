@@ -141,3 +141,32 @@ def test_train_command_prints_a_table(capsys):
     )
     out = capsys.readouterr().out
     assert "ours bf16" in out and "MFU" in out and "GFLOP per step" in out
+
+
+def test_a_failing_compiled_step_is_reported_and_left_out(monkeypatch):
+    def broken_compile(model, **kwargs):
+        def step(*args, **kwargs):
+            raise RuntimeError("no C compiler here\nmore detail")
+
+        return step
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    lines = []
+    fig = benchmark_train(
+        ["tiny"], None, 2, 3, 40, 1, "cpu", 1, echo=lines.append, compile_modes=[False, True]
+    )
+    entry = fig["models"]["tiny"]
+    assert set(entry["systems"]) == {"ours fp32", "ours bf16"}
+    assert entry["failed"] == {
+        "ours fp32 compiled": "RuntimeError: no C compiler here",
+        "ours bf16 compiled": "RuntimeError: no C compiler here",
+    }
+    assert any("ours bf16 compiled: failed" in line for line in lines)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error where torch has no CUDA")
+def test_train_on_cuda_without_a_gpu_is_one_clear_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--device", "cuda"])
+    assert info.value.code == 2
+    assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err

@@ -39,7 +39,7 @@ def make_run(root, position: str, seed: int, toy_validation, name="validation-la
     """A run folder as train.py + evaluate.py write it, with hypotheses of a known quality."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from evaluate import bleu_by_length, tokenized_bleu
+    from data.bleu import bleu_by_length, tokenized_bleu
 
     srcs, refs = toy_validation
     run = root / f"position={VARIANT[position]},seed={seed}"

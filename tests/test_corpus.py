@@ -19,6 +19,7 @@ from data.corpus import (
     load_split,
     load_text_pairs,
     prepare_data,
+    read_lines,
     select_direction,
 )
 from data.tokenizer import EOS_ID, UNK_ID, Tokenizer
@@ -413,3 +414,11 @@ def test_prepare_data_on_wmt14_layout(tmp_path):
     assert not any(UNK_ID in ids for ids in train["src_ids"] + train["tgt_ids"])
     row = prepared.splits["test"][0]
     assert prepared.tokenizer.decode([row["tgt_ids"]]) == [row["tgt"]]
+
+
+def test_read_lines_splits_at_newlines_only(tmp_path):
+    path = tmp_path / "odd.en"
+    path.write_bytes("\ufeffa\u2028b\r\nc\x0bd\x1ce\n\nf".encode())
+    assert read_lines(path, "src_file") == ["a\u2028b", "c\x0bd\x1ce", "", "f"]
+    with pytest.raises(DataError, match=r"src_file=.*absent.en: not found"):
+        read_lines(tmp_path / "absent.en", "src_file")

@@ -13,19 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
-from evaluate import (
-    evaluate,
-    load_run,
-    native_bf16,
-    rebuild_model,
-    split_compounds,
-    tokenized_bleu,
-    translate,
-    use_bf16,
-)
-from model.checkpoint import CheckpointError
+from evaluate import evaluate
+from model.checkpoint import CheckpointError, load_run, rebuild_model
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
+from model.translate import translate
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 LEARNED_ROWS = 80
@@ -89,22 +81,6 @@ def test_ppl_is_exp_of_the_mean_token_nll(trained_run, scores):
             total += F.cross_entropy(logits[0], target[0], reduction="sum").item()
             count += target.numel()
     assert abs(scores["ppl"] - math.exp(total / count)) < 2e-3
-
-
-def test_tokenized_bleu_splits_compounds_the_papers_way():
-    assert (
-        split_compounds("Das Rot-Kreuz-Haus, 3-4 mal")
-        == "Das Rot ##AT##-##AT## Kreuz ##AT##-##AT## Haus, 3 ##AT##-##AT## 4 mal"
-    )
-    assert split_compounds("A-B-C") == "A ##AT##-##AT## B-C"  # as perl's s///g: no overlaps
-    hyp, ref = "Das ist ein Rot-Kreuz-Test.", "Das ist ein Rot-Kreuz-Fall."
-    expected = sacrebleu.corpus_bleu(
-        ["Das ist ein Rot ##AT##-##AT## Kreuz ##AT##-##AT## Test ."],
-        [["Das ist ein Rot ##AT##-##AT## Kreuz ##AT##-##AT## Fall ."]],
-        tokenize="none",
-    ).score
-    assert tokenized_bleu([hyp], [ref]) == pytest.approx(expected)
-    assert tokenized_bleu([hyp], [hyp]) == pytest.approx(100.0)
 
 
 def normalized_score(model, src, hyp, alpha=0.6):
@@ -222,10 +198,10 @@ def test_bad_files_are_one_clear_error_and_write_nothing(trained_run, tmp_path):
     (tmp_path / "two.de").write_text("a\nb\n", encoding="utf-8")
     before = eval_files(trained_run)
     cases = [
-        ([f"src_file={tmp_path / 'nope.en'}"], "src_file=.*nope.en does not exist"),
+        ([f"src_file={tmp_path / 'nope.en'}"], "src_file=.*nope.en: not found"),
         (
             [f"src_file={tmp_path / 'three.en'}", f"ref_file={tmp_path / 'nope.de'}"],
-            "ref_file=.*nope.de does not exist",
+            "ref_file=.*nope.de: not found",
         ),
         (
             [f"src_file={tmp_path / 'three.en'}", f"ref_file={tmp_path / 'two.de'}"],
@@ -412,14 +388,6 @@ def test_long_inputs_skip_counts_per_length_bucket(learned_run, tmp_path):
     over_decoder = sum(n + max_len_b > LEARNED_ROWS for n in src_len)
     assert sum(sources_only["skipped"].values()) == over_decoder
     assert over_decoder > sum(n + 1 > LEARNED_ROWS for n in src_len)  # more than the encoder's
-
-
-def test_precision_names_and_auto():
-    cpu = torch.device("cpu")
-    assert use_bf16("bf16", cpu) and not use_bf16("fp32", cpu)
-    assert use_bf16("auto", cpu) == native_bf16(cpu)
-    with pytest.raises(ValueError, match="precision=fp16: pass auto, bf16 or fp32"):
-        use_bf16("fp16", cpu)
 
 
 def test_bf16_search_agrees_with_fp32_on_a_trained_model(trained_run):

@@ -335,16 +335,16 @@ def test_disk_full_during_training_is_one_error_and_keeps_the_last_checkpoint(
 
 def poison_losses(monkeypatch, bad_calls: range) -> None:
     """Make the training loss NaN on the given (0-based) calls of label_smoothed_loss."""
-    import train as train_module
+    import model.loss
 
-    real, calls = train_module.label_smoothed_loss, {"n": 0}
+    real, calls = model.loss.label_smoothed_loss, {"n": 0}
 
     def loss(*args, **kwargs):
         value, nll = real(*args, **kwargs)
         calls["n"] += 1
         return (value * float("nan"), nll) if calls["n"] - 1 in bad_calls else (value, nll)
 
-    monkeypatch.setattr(train_module, "label_smoothed_loss", loss)
+    monkeypatch.setattr(model.loss, "label_smoothed_loss", loss)
 
 
 def test_non_finite_updates_are_skipped_and_counted(tmp_path, cache_dir, monkeypatch, caplog):

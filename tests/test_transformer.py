@@ -65,6 +65,22 @@ def test_incremental_decoding_equals_teacher_forcing(position_yaml):
     assert (torch.cat(steps, dim=1) - full[rows]).abs().max() <= 1e-5
 
 
+def test_every_tensor_stays_on_the_models_device(position_yaml):
+    """On the meta device, a tensor made on the CPU inside the model is an error, as on CUDA."""
+    meta = torch.device("meta")
+    model = tiny_model(position_yaml).to(meta)
+    src, tgt = torch.randint(4, 40, (3, 7)).to(meta), torch.randint(4, 40, (3, 9)).to(meta)
+    logits = model(src, tgt)  # [B, T, V]
+    logits.sum().backward()
+    assert logits.device == meta and all(p.grad.device == meta for p in model.parameters())
+    model.eval()
+    memory, keep = model.encode(src)
+    cache = model.new_cache(memory, repeat=2)
+    rows = torch.arange(3).repeat_interleave(2)
+    step = model.decode(tgt[rows, :1], None, keep[rows], cache, offset=0)
+    assert step.device == meta and step.shape == (6, 1, 40)
+
+
 def test_decoder_is_causal(position_yaml):
     model = tiny_model(position_yaml).eval()
     src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 8))

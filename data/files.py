@@ -1,0 +1,25 @@
+"""Text and JSON files a run writes (metrics, scores, translations), each written atomically."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write text to path atomically (temporary file, then rename): never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Write obj as indented JSON atomically (temporary file, then rename)."""
+    write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")

@@ -1,0 +1,102 @@
+"""Sentences in, sentences out: which lines fit the model, and their beam-search translations."""
+
+import logging
+
+import torch
+
+from data.batching import TokenBatchSampler, collate
+from data.bleu import BUCKET_LABELS, length_bucket
+from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from model.position import PositionRangeError
+from model.search import beam_search
+
+log = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def translate(
+    model,
+    tokenizer: Tokenizer,
+    sentences: list[str],
+    device,
+    beam: int = 4,
+    lenpen: float = 0.6,
+    max_len_b: int = 50,
+    max_tokens: int = 4096,
+    bf16: bool = False,
+) -> list[str]:
+    """Translations of sentences, batched by length; beam 1 is greedy; an empty line gives ''.
+
+    bf16: search under bf16 autocast (scores still summed in float32).
+    """
+    model.eval()
+    encoded = tokenizer.encode(list(sentences))
+    nonempty = [i for i, ids in enumerate(encoded) if ids]
+    src_ids = [encoded[i] + [EOS_ID] for i in nonempty]
+    lengths = [len(s) for s in src_ids]
+    out: list[str] = [""] * len(encoded)
+    budget = max(max_tokens // max(beam, 1), max(lengths, default=1))
+    for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False) if nonempty else []:
+        src = collate([{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in batch])["src"]
+        src = src.to(device)  # [B, S]
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
+        for i, text in zip(batch, tokenizer.decode(hyps), strict=True):
+            out[nonempty[i]] = text
+    return out
+
+
+def fitting_lines(
+    model,
+    tokenizer: Tokenizer,
+    srcs: list[str],
+    refs: list[str] | None,
+    max_len_b: int,
+    long_inputs: str,
+    where: str,
+) -> tuple[list[int], dict[str, int]]:
+    """Indices of the pairs the position encodings hold, and the skipped count per length bucket.
+
+    A source of L subwords needs L + 1 encoder positions (its EOS) and L + max_len_b decoder
+    positions (the longest output search may produce); a reference of R subwords needs R + 1
+    decoder positions for teacher-forced perplexity. A pair that does not fit raises
+    PositionRangeError naming its line, or with long_inputs=skip is left out and counted.
+    """
+    src_ids = tokenizer.encode(list(srcs))
+    ref_ids = tokenizer.encode(list(refs)) if refs is not None else [None] * len(srcs)
+    kept, skipped = [], {}
+    for i, (src, ref) in enumerate(zip(src_ids, ref_ids, strict=True)):
+        needs = [
+            (model.encoder_position, len(src) + 1, f"source ({len(src)} subwords + EOS)", ""),
+            (
+                model.decoder_position,
+                len(src) + max_len_b,
+                f"output (source {len(src)} subwords + max_len_b={max_len_b})",
+                "lower max_len_b, or ",
+            ),
+        ]
+        if ref is not None:
+            needs.append(
+                (model.decoder_position, len(ref) + 1, f"reference ({len(ref)} subwords + BOS)", "")
+            )
+        for position, n_positions, what, also in needs:
+            try:
+                position.check_length(n_positions)
+            except PositionRangeError as e:
+                if long_inputs != "skip":
+                    raise PositionRangeError(
+                        f"line {i + 1} of {where}: its {what} needs {n_positions} positions, but "
+                        f"{e}; or {also}pass long_inputs=skip to leave such lines out"
+                    ) from e
+                bucket = length_bucket(srcs[i])
+                skipped[bucket] = skipped.get(bucket, 0) + 1
+                break
+        else:
+            kept.append(i)
+    skipped = {label: skipped[label] for label in BUCKET_LABELS if label in skipped}
+    if skipped:
+        log.warning(
+            f"skipped {sum(skipped.values())} of {len(srcs)} lines of {where} too long for the "
+            f"position encoding, per source-length bucket: {skipped}"
+        )
+    return kept, skipped

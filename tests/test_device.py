@@ -1,0 +1,21 @@
+"""model/device.py: device names and the bf16 precision switch."""
+
+import pytest
+import torch
+
+from model.device import native_bf16, resolve_device, use_bf16
+
+
+def test_precision_names_and_auto():
+    cpu = torch.device("cpu")
+    assert use_bf16("bf16", cpu) and not use_bf16("fp32", cpu)
+    assert use_bf16("auto", cpu) == native_bf16(cpu)
+    with pytest.raises(ValueError, match="precision=fp16: pass auto, bf16 or fp32"):
+        use_bf16("fp16", cpu)
+
+
+def test_device_names():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("cuda", local_rank=3) == torch.device("cuda:3")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
