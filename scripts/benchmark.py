@@ -466,7 +466,7 @@ def decode_ours(model, batches, beam: int, length: int) -> int:
 
 
 def decode_ours_bf16(model, batches, beam: int, length: int) -> int:
-    """decode_ours under bf16 autocast (what evaluate.py's precision=auto does on a bf16 CPU)."""
+    """decode_ours under bf16 autocast (what evaluate.py's precision=bf16 does)."""
     import torch
 
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -156,6 +156,8 @@ def train_run(run_dir: Path, overrides: list[str], max_words: int) -> dict:
 def evaluate_run(run_dir: Path, split: str, beam: int) -> dict | None:
     """Translate and score one split with the last checkpoint (reused when newer than it).
 
+    The search runs in the precision the run was trained in (trainer.precision).
+
     Lines the position encoding cannot hold are skipped and counted; None when no line fits.
     """
     from evaluate import evaluate
@@ -166,7 +168,9 @@ def evaluate_run(run_dir: Path, split: str, beam: int) -> dict | None:
     last = run_dir / "checkpoints" / "last.pt"
     if path.is_file() and path.stat().st_mtime >= last.stat().st_mtime:
         return read_json(path)
+    precision = stored_config(run_dir).trainer.precision  # search as the run was trained
     overrides = [f"run_dir={run_dir}", f"split={split}", f"beam={beam}", f"name={name}"]
+    overrides.append(f"precision={precision}")
     cfg = compose_config([*overrides, "checkpoint=last", "long_inputs=skip"], "evaluate")
     try:
         return evaluate(cfg)

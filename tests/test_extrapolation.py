@@ -213,6 +213,7 @@ def test_a_tiny_study_writes_the_table_json_and_plot(tmp_path, cache_dir):
     out = tmp_path / "study"
     argv = ["--corpus", "toy", "--max-words", "6", "--out", str(out)]
     argv += ["--variants", "sinusoidal", "learned", "--", f"cache_dir={cache_dir}", *TINY_STUDY]
+    argv += ["trainer.precision=bf16"]  # the study searches in the precision a run trained in
     # 60 rows: the learned table holds sources of up to 10 subwords (+ 50 output positions)
     result = main([*argv, "model.max_positions=60"])
     for name in ("extrapolation.md", "extrapolation.json", "bleu_by_length.png"):
@@ -228,6 +229,7 @@ def test_a_tiny_study_writes_the_table_json_and_plot(tmp_path, cache_dir):
     learned = result["variants"][1]
     assert learned["by_bucket"][-1]["scored"] == 0  # 25+ word sources never fit 60 positions
     assert sum(b["n"] for b in buckets) == 30 + 20
-    assert (out / "sinusoidal-s1" / "eval" / "test_long-last-beam4.json").is_file()
+    scores = json.loads((out / "sinusoidal-s1" / "eval" / "test_long-last-beam4.json").read_text())
+    assert scores["precision"] == "bf16"
     again = main([*argv, "model.max_positions=60"])  # resumable: reuses runs and evaluations
     assert again["runs"][0]["by_bucket"] == result["runs"][0]["by_bucket"]
