@@ -407,10 +407,10 @@ class EosSuppressed:
 def build_models(model_name: str, vocab_size: int, with_hf: bool, **dims):
     """Our Transformer of configs/model/<name>.yaml (+ dims) and optionally Marian of equal dims."""
     import torch
-    from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
     from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from model.transformer import build_model
 
     model_cfg = OmegaConf.merge(
         OmegaConf.load(ROOT / "configs" / "model" / f"{model_name}.yaml"),
@@ -418,7 +418,7 @@ def build_models(model_name: str, vocab_size: int, with_hf: bool, **dims):
     )
     position = OmegaConf.load(ROOT / "configs" / "position" / "sinusoidal.yaml")
     torch.manual_seed(0)
-    ours = instantiate(model_cfg, position=position, vocab_size=vocab_size, pad_id=PAD_ID).eval()
+    ours = build_model(model_cfg, position, vocab_size, PAD_ID).eval()
     if not with_hf:
         return ours, None, model_cfg
     from transformers import MarianConfig, MarianMTModel

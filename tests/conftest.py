@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+
+from model.transformer import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
@@ -35,7 +36,7 @@ def tiny_model(position_yaml: Path, vocab_size: int = 40, **overrides) -> torch.
         OmegaConf.load(CONFIG_DIR / "model" / "tiny.yaml"),
         {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64, **overrides},
     )
-    return instantiate(model_cfg, position=OmegaConf.load(position_yaml), vocab_size=vocab_size)
+    return build_model(model_cfg, OmegaConf.load(position_yaml), vocab_size)
 
 
 @pytest.fixture(params=POSITION_CONFIGS, ids=[p.stem for p in POSITION_CONFIGS])
