@@ -1,4 +1,4 @@
-"""train.py: a real tiny run, bitwise resume, stopping rules, bf16."""
+"""train.py: a real tiny run, bitwise resume, stopping rules, bf16 and torch.compile."""
 
 import json
 import math
@@ -74,3 +74,25 @@ def test_bf16_autocast_on_cpu_trains(tmp_path, cache_dir):
     assert metrics["steps"] == 6 and math.isfinite(metrics["train_loss"])
     state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert all(t.dtype == torch.float32 for t in state["model"].values())  # fp32 master weights
+
+
+def test_compiled_training_saves_weights_evaluate_loads(tmp_path, cache_dir, monkeypatch):
+    """trainer.compile=true through torch.compile's tracing (aot_eager: no C++ build, seconds)."""
+    from model.checkpoint import load_run, rebuild_model
+
+    compiled = []
+    real_compile = torch.compile
+
+    def compile_for_test(model, **kwargs):
+        compiled.append(model)
+        return real_compile(model, backend="aot_eager", **kwargs)
+
+    monkeypatch.setattr(torch, "compile", compile_for_test)
+    overrides = ["trainer.compile=true", "trainer.max_steps=4", "data.corpus.train_size=300"]
+    metrics = train(compose_config(tiny_run_overrides(tmp_path, cache_dir, *overrides)))
+    assert len(compiled) == 1 and metrics["steps"] == 4 and math.isfinite(metrics["train_loss"])
+    state, _ = load_run(tmp_path, "last")
+    assert set(state["model"]) == set(compiled[0].state_dict())  # no "_orig_mod." prefixes
+    model, _ = rebuild_model(state, torch.device("cpu"))
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state["model"][name]), name
