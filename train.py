@@ -90,7 +90,7 @@ def load_data(cfg: DictConfig, rank: int, world: int) -> PreparedData:
     return data
 
 
-def accumulate_gradients(model, micro: list[dict], cfg: DictConfig, device, bf16: bool, world):
+def accumulate_gradients(model, micro: list[dict], smoothing: float, device, bf16: bool, world):
     """Gradients of the mean label-smoothed loss per target token over micro-batches (and ranks).
 
     Returns the summed loss and NLL (this rank's, times the world size) and the target-token
@@ -107,9 +107,7 @@ def accumulate_gradients(model, micro: list[dict], cfg: DictConfig, device, bf16
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         sync = nullcontext() if world == 1 or i == len(micro) - 1 else model.no_sync()
         with sync:
-            loss, nll = forward_backward(
-                model, batch, cfg.optim.label_smoothing, world / n_tokens, bf16
-            )
+            loss, nll = forward_backward(model, batch, smoothing, world / n_tokens, bf16)
         sums += torch.stack((loss, nll))
     loss_sum, nll_sum, tokens = torch.cat((sums * world, n_tokens[None])).tolist()
     return loss_sum, nll_sum, int(tokens)
@@ -226,7 +224,7 @@ def train(cfg: DictConfig) -> dict:
             log.info(f"stopping at step {step}: trainer.max_epochs={trainer.max_epochs} reached")
             break
         loss_sum, nll_sum, tokens = accumulate_gradients(
-            train_model, micro, cfg, device, bf16, world
+            train_model, micro, optim.label_smoothing, device, bf16, world
         )
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm or math.inf)
         if not math.isfinite(loss_sum) or not torch.isfinite(grad_norm):
