@@ -120,6 +120,16 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
+def log_progress(writer: SummaryWriter, step: int, values: dict[str, float], eta: float) -> None:
+    """One log line (loss, nll, lr, tok/s, ETA in minutes) and every value as train/<name>."""
+    log.info(
+        f"step {step} loss {values['loss']:.3f} nll {values['nll']:.3f} lr {values['lr']:.2e} "
+        f"tok/s {values['tokens_per_s']:.0f} ETA {eta:.1f} min"
+    )
+    for name, value in values.items():
+        writer.add_scalar(f"train/{name}", value, step)
+
+
 def train(cfg: DictConfig) -> dict:
     """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json)."""
     rank, world, device = start_process(cfg.trainer)
@@ -259,21 +269,16 @@ def train(cfg: DictConfig) -> dict:
             eta = (trainer.max_steps - step) * step_s / 60
             if trainer.max_minutes:
                 eta = min(eta, trainer.max_minutes - (time.monotonic() - start) / 60)
-            lr = schedule.get_last_lr()[0]
-            log.info(
-                f"step {step} loss {loss_avg:.3f} nll {nll_sum / tokens:.3f} "
-                f"lr {lr:.2e} tok/s {tok_s:.0f} ETA {eta:.1f} min"
-            )
-            for name, value in [
-                ("loss", loss_avg),
-                ("nll", nll_sum / tokens),
-                ("lr", lr),
-                ("grad_norm", float(grad_norm)),
-                ("tokens_per_s", tok_s),
-                ("step_s", step_s),
-                ("memory_gib", peak_memory_gib(device)),
-            ]:
-                writer.add_scalar(f"train/{name}", value, step)
+            values = {
+                "loss": loss_avg,
+                "nll": nll_sum / tokens,
+                "lr": schedule.get_last_lr()[0],
+                "grad_norm": float(grad_norm),
+                "tokens_per_s": tok_s,
+                "step_s": step_s,
+                "memory_gib": peak_memory_gib(device),
+            }
+            log_progress(writer, step, values, eta)
             interval_tokens, interval_start = 0, time.monotonic()
 
         if step % trainer.eval_every == 0:
