@@ -1,0 +1,59 @@
+"""Joined test lines and the joined-training condition of the length study."""
+
+import pytest
+
+from data.concatenation import join_consecutive_lines, join_training_pairs, leftover_lines
+from data.corpus import prepare_data
+from data.errors import UserError
+from data.tokenizer import EOS_ID
+from tests.conftest import compose_config
+
+
+def test_join_consecutive_lines_groups_in_order_and_counts_the_rest():
+    lines = ["a b", "c", "d e", "f", "g"]
+    assert join_consecutive_lines(lines, 1) == lines
+    assert join_consecutive_lines(lines, 2) == ["a b c", "d e f"]
+    assert join_consecutive_lines(lines, 3) == ["a b c d e"]
+    assert leftover_lines(len(lines), 2) == 1 and leftover_lines(len(lines), 3) == 2
+    with pytest.raises(UserError, match="k=0"):
+        join_consecutive_lines(lines, 0)
+
+
+@pytest.fixture(scope="module")
+def toy_train(tmp_path_factory):
+    """The encoded toy training split (a real SentencePiece model) and its tokenizer."""
+    cfg = compose_config(["data.corpus.train_size=600", "data.vocab_size=300"])
+    data = prepare_data(cfg.data, tmp_path_factory.mktemp("cache"), log=lambda _: None)
+    return data.splits["train"], data.tokenizer
+
+
+def test_joined_training_pairs_use_every_pair_once_in_order(toy_train):
+    train, _ = toy_train
+    joined, counts = join_training_pairs(train, share=0.5, max_parts=4, seed=3)
+    assert counts["input"] == len(train) and counts["lines"] == len(joined)
+    assert 0 < counts["joined"] < counts["lines"]
+    assert " ".join(joined["src"]) == " ".join(train["src"])  # nothing lost, nothing repeated
+    assert " ".join(joined["tgt"]) == " ".join(train["tgt"])
+    n_eos = sum(ids.count(EOS_ID) for ids in joined["tgt_ids"])
+    assert n_eos == len(joined)  # one EOS per line, at its end
+    assert all(ids[-1] == EOS_ID for ids in joined["src_ids"])
+    # the share of joined lines follows the setting; share 0 is the corpus itself
+    assert 0.35 < counts["joined"] / counts["lines"] < 0.65
+    same, none = join_training_pairs(train, share=0.0)
+    assert none["joined"] == 0 and same["src_ids"] == train["src_ids"]
+
+
+def test_joined_ids_equal_encoding_the_joined_text(toy_train):
+    train, tokenizer = toy_train
+    joined, _ = join_training_pairs(train.select(range(200)), share=1.0, max_parts=4, seed=0)
+    for side in ("src", "tgt"):
+        encoded = [ids + [EOS_ID] for ids in tokenizer.encode(joined[side])]
+        assert encoded == joined[f"{side}_ids"]
+
+
+def test_bad_settings_are_one_line_errors(toy_train):
+    train, _ = toy_train
+    with pytest.raises(UserError, match="train_join_share"):
+        join_training_pairs(train, share=1.5)
+    with pytest.raises(UserError, match="train_join_max"):
+        join_training_pairs(train, share=0.5, max_parts=1)
