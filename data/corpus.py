@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from omegaconf import DictConfig, OmegaConf
 
+from data.concatenation import join_training_pairs
 from data.tokenizer import (
     BOS_ID,
     CHARACTER_COVERAGE,
@@ -311,6 +312,39 @@ def clean_train(
     return train, counts
 
 
+def join_train(
+    train: datasets.Dataset,
+    counts: dict[str, int],
+    share: float,
+    max_parts: int,
+    seed: int,
+    max_len: int | None,
+) -> tuple[datasets.Dataset, dict[str, int]]:
+    """The cleaned train split with ~share of its lines joining 2..max_parts consecutive pairs.
+
+    The joined-training condition of the length study (``data.train_join_share``,
+    ``data.train_join_max``, ``data.train_join_seed``; data/concatenation.py). A joined line over
+    ``max_len`` ids on a side is dropped, so every kept line still fits the model. The counts
+    gain ``join_lines`` (lines after joining), ``joined`` (of them, lines of 2+ pairs) and
+    ``join_too_long`` (joined lines dropped); ``kept`` becomes the number of lines trained on.
+    """
+    joined, join_counts = join_training_pairs(train, share, max_parts, seed)
+    too_long = np.zeros(len(joined), dtype=bool)
+    if max_len is not None:
+        src_len, tgt_len = sequence_lengths(joined, "src_ids"), sequence_lengths(joined, "tgt_ids")
+        too_long = (src_len > int(max_len)) | (tgt_len > int(max_len))
+        if too_long.any():
+            joined = joined.select(np.flatnonzero(~too_long).tolist())
+    counts = {k: v for k, v in counts.items() if k != "kept"}
+    counts.update(
+        join_lines=join_counts["lines"],
+        joined=join_counts["joined"],
+        join_too_long=int(too_long.sum()),
+        kept=len(joined),
+    )
+    return joined, counts
+
+
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
     """Lengths of a list column (e.g. src_ids), read from Arrow without building Python lists."""
     return pc.list_value_length(dataset.with_format("arrow")[column]).to_numpy()
@@ -542,6 +576,15 @@ def prepare_data(
     splits["train"], counts = clean_train(
         splits["train"], cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words")
     )
+    if cfg.get("train_join_share") is not None:
+        splits["train"], counts = join_train(
+            splits["train"],
+            counts,
+            float(cfg.train_join_share),
+            int(cfg.get("train_join_max") or 4),
+            int(cfg.get("train_join_seed") or 0),
+            cfg.get("max_len"),
+        )
     log(f"data: train cleaning: {_counts_line(counts)}")
     return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts)
 

@@ -57,3 +57,20 @@ def test_bad_settings_are_one_line_errors(toy_train):
         join_training_pairs(train, share=1.5)
     with pytest.raises(UserError, match="train_join_max"):
         join_training_pairs(train, share=0.5, max_parts=1)
+
+
+def test_prepare_data_joins_training_lines_and_rechecks_max_len(tmp_path):
+    """data.train_join_share joins cleaned lines; joined lines over data.max_len are dropped."""
+    base = ["data.corpus.train_size=600", "data.vocab_size=300"]
+    plain = prepare_data(compose_config(base).data, tmp_path, log=lambda _: None)
+    cfg = compose_config([*base, "data.train_join_share=0.5", "data.max_len=40"])
+    data = prepare_data(cfg.data, tmp_path, log=lambda _: None)
+    counts, train = data.counts, data.splits["train"]
+    assert counts["kept"] == len(train) == counts["join_lines"] - counts["join_too_long"]
+    assert counts["join_too_long"] > 0 and 0 < counts["joined"] < counts["join_lines"]
+    assert max(len(ids) for side in ("src_ids", "tgt_ids") for ids in train[side]) <= 40
+    assert counts["join_lines"] < plain.counts["kept"]  # fewer, longer lines
+    for split in ("validation", "test"):  # never joined
+        assert list(data.splits[split]["src"]) == list(plain.splits[split]["src"])
+    again = prepare_data(cfg.data, tmp_path, log=lambda _: None)
+    assert list(again.splits["train"]["src"]) == list(train["src"])  # the same lines for every run
