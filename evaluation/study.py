@@ -1,0 +1,933 @@
+"""The position-encoding study: Table 3 (E) for every variant, length extrapolation with controls.
+
+Three training conditions on Multi30k, one fixed step budget (configs/experiment/pe_study_*):
+``all`` (every training length: Table 3 (E) extended, and the control), ``joined`` (about half
+of the training lines join 2-4 consecutive pairs, Variš & Bojar 2021) and ``short`` (sources of
+at most L = 10 words). ``run_study`` trains each (condition, variant, seed) into
+``<root>/<condition>/<variant>/seed-<s>/`` with ``train.py`` (one process and one thread a run;
+a second call resumes unfinished runs and skips finished ones), then scores each finished run
+once with ``evaluate.py`` (beam 4, alpha 0.6, last checkpoint, the run's precision):
+
+- ``test-last-beam4``: test_2016_flickr, the Table 3 evaluation (sacreBLEU, chrF, tok. BLEU);
+- ``concat-<split>-k<k>``: the concatenation test, test and validation lines joined k = 1..4
+  at a time, references joined the same way (data/concatenation.py); per k: BLEU, chrF, the
+  brevity penalty, the hypothesis/reference length ratio and the number of lines;
+- BLEU per source-length bucket (words, one bucket ending at L) on test + validation (k = 1).
+
+Each run's numbers go to ``<run_dir>/study.json`` with the step they belong to; a run whose
+study.json matches its final step is not scored again. ``write_report`` turns every scored run
+into the tables, JSON and plots of ``results/<study>/`` (README "The study").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import sacrebleu
+from omegaconf import DictConfig, OmegaConf
+
+from data.concatenation import join_consecutive_lines, leftover_lines
+from data.errors import UserError
+from data.files import write_json, write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
+# condition -> experiment config (configs/experiment/<name>.yaml)
+CONDITIONS = {
+    "all": "pe_study_multi30k",
+    "joined": "pe_study_multi30k_joined",
+    "short": "pe_study_multi30k_short",
+}
+# Row (E) of Table 3 first: these two variants get 5 seeds, every other variant 3; the joined
+# condition 2 seeds and no NoPE (its bidirectional encoder has no word order to extrapolate).
+ROW_E = ("sinusoidal", "learned")
+DEFAULT_SEEDS = {
+    "all": {"row_e": (1, 2, 3, 4, 5), "other": (1, 2, 3)},
+    "joined": {"row_e": (1, 2), "other": (1, 2)},
+    "short": {"row_e": (1, 2, 3), "other": (1, 2, 3)},
+}
+LEFT_OUT = {"joined": ("none",)}
+KS = (1, 2, 3, 4)
+CONCAT_SPLITS = ("test", "validation")
+TABLE3_EVAL = "test-last-beam4"
+BEAM, LENPEN = 4, 0.6
+BUCKET_WIDTH = 5
+STUDY_FILE = "study.json"
+POOLED = "+".join(CONCAT_SPLITS)  # test + validation scored together
+
+
+class StudyError(UserError):
+    """A problem with the study's arguments, run folders or records, stated in one line."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training run of the study."""
+
+    condition: str
+    variant: str
+    seed: int
+    run_dir: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.condition}/{self.variant}/seed-{self.seed}"
+
+
+def position_variants() -> list[str]:
+    """The position variants of configs/position/*.yaml, by name."""
+    return sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
+
+
+def compose_config(overrides: Sequence[str], config_name: str = "train") -> DictConfig:
+    """The config `python <config_name>.py <overrides>` would see."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose(config_name, overrides=list(overrides))
+
+
+def run_dir_of(root: Path, condition: str, variant: str, seed: int) -> Path:
+    """<root>/<condition>/<variant>/seed-<seed>."""
+    return Path(root) / condition / variant / f"seed-{seed}"
+
+
+def planned_jobs(
+    root: Path,
+    conditions: Sequence[str],
+    variants: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+) -> list[Job]:
+    """The runs to make, row (E) first, seeds interleaved so early results pair up by seed.
+
+    Without variants/seeds: every variant of configs/position with the study's seeds
+    (DEFAULT_SEEDS, LEFT_OUT).
+    """
+    known = position_variants()
+    unknown = [c for c in conditions if c not in CONDITIONS]
+    if unknown:
+        raise StudyError(f"--condition {unknown[0]}: pass some of {', '.join(CONDITIONS)}")
+    wrong = [v for v in variants or () if v not in known]
+    if wrong:
+        hint = " (Hydra overrides go after --)" if "=" in wrong[0] else ""
+        raise StudyError(
+            f"unknown position variant {wrong[0]}: pass some of {', '.join(known)}{hint}"
+        )
+    if seeds is not None and any(int(s) < 0 for s in seeds):
+        raise StudyError(f"--seeds {' '.join(map(str, seeds))}: pass non-negative integers")
+    jobs = []
+    for condition in conditions:
+        chosen = (
+            list(variants)
+            if variants
+            else [v for v in known if v not in LEFT_OUT.get(condition, ())]
+        )
+        tiers = [[v for v in chosen if v in ROW_E], [v for v in chosen if v not in ROW_E]]
+        for tier, names in zip(("row_e", "other"), tiers, strict=True):
+            tier_seeds = list(seeds) if seeds else list(DEFAULT_SEEDS[condition][tier])
+            for seed in tier_seeds:
+                for variant in sorted(names, key=lambda v: (v not in ROW_E, v)):
+                    run_dir = run_dir_of(root, condition, variant, int(seed))
+                    jobs.append(Job(condition, variant, int(seed), run_dir))
+    return jobs
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from a file, or a one-line StudyError naming it."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise StudyError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from e
+    if not isinstance(obj, dict):
+        raise StudyError(f"{path} does not hold a JSON object")
+    return obj
+
+
+def field(record: dict, key: str, path: Path):
+    """record[key], or a StudyError naming the file and the missing field."""
+    if key not in record:
+        raise StudyError(
+            f"{path} has no '{key}' field: it was not written by this project's train.py or "
+            "evaluate.py; delete it and run the study again"
+        )
+    return record[key]
+
+
+def finished_metrics(run_dir: Path) -> dict | None:
+    """metrics.json of a run that completed, else None."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return None
+    metrics = read_json(path)
+    return metrics if metrics.get("complete", True) else None
+
+
+def condition_max_words(condition: str, overrides: Sequence[str] = ()) -> int | None:
+    """data.train_max_src_words of a condition's experiment (None: every length)."""
+    cfg = compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
+    value = cfg.data.get("train_max_src_words")
+    return None if value is None else int(value)
+
+
+def train_overrides(job: Job, overrides: Sequence[str]) -> list[str]:
+    """The train.py overrides of one run: `python train.py <these>` trains (and resumes) it."""
+    return [
+        f"experiment={CONDITIONS[job.condition]}",
+        f"position={job.variant}",
+        f"seed={job.seed}",
+        f"run_dir={job.run_dir}",
+        *overrides,
+    ]
+
+
+def train_job(job: Job, overrides: Sequence[str], say) -> dict:
+    """Train one run to its step budget (resuming its checkpoints); its metrics.json.
+
+    evaluation/extrapolation.py's train_run: the run folder keeps the resolved config
+    (.hydra/config.yaml) and train.log; a finished run (metrics.json) is not trained again.
+    """
+    from evaluation.extrapolation import train_run
+
+    metrics = finished_metrics(job.run_dir)
+    if metrics is not None:
+        say(f"  {job.label}: finished ({metrics['steps']} steps), not trained again")
+        return metrics
+    checkpoints = job.run_dir / "checkpoints"
+    resuming = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
+    say(f"  {job.label}: {'resuming' if resuming else 'training'} in {job.run_dir}")
+    say(f"  command: python train.py {' '.join(train_overrides(job, overrides))}")
+    start = time.monotonic()
+    max_words = condition_max_words(job.condition, overrides)
+    metrics = train_run(job.run_dir, train_overrides(job, overrides), max_words, echo=say)
+    say(f"  {job.label}: step {metrics['steps']} in {(time.monotonic() - start) / 60:.1f} min")
+    return metrics
+
+
+def stored_config(run_dir: Path) -> DictConfig:
+    """The resolved training config of a run (.hydra/config.yaml)."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise StudyError(f"{path} is missing: {run_dir} was not trained by this study")
+    return OmegaConf.load(path)
+
+
+def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
+    """Write the joined test sets (split x k) of a run's corpus under out; describe each.
+
+    Lines i*k .. i*k+k-1 of a split joined with one space, references the same way; the last
+    n % k lines of a split are left out (and counted).
+    """
+    from data.corpus import load_split
+
+    src_lang, tgt_lang = str(data_cfg.src_lang), str(data_cfg.tgt_lang)
+    sets = []
+    for split in CONCAT_SPLITS:
+        dataset = load_split(data_cfg, split)
+        srcs, refs = list(dataset["src"]), list(dataset["tgt"])
+        for k in KS:
+            src_path = out / f"{split}-k{k}.{src_lang}"
+            ref_path = out / f"{split}-k{k}.{tgt_lang}"
+            joined_src, joined_ref = (
+                join_consecutive_lines(srcs, k),
+                join_consecutive_lines(refs, k),
+            )
+            for path, lines in ((src_path, joined_src), (ref_path, joined_ref)):
+                text = "".join(line + "\n" for line in lines)
+                if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                    write_text(path, text)
+            sets.append(
+                {
+                    "split": split,
+                    "k": k,
+                    "name": f"concat-{split}-k{k}",
+                    "src_file": src_path,
+                    "ref_file": ref_path,
+                    "lines": len(joined_src),
+                    "left_out": leftover_lines(len(srcs), k),
+                    "sentences": len(srcs),
+                }
+            )
+    return sets
+
+
+def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
+    """Whether an eval JSON scores the run's final step (its `step`, else newer than last.pt)."""
+    if not path.is_file():
+        return False
+    record = read_json(path)
+    if "step" in record:
+        return int(record["step"]) == int(step)
+    last = run_dir / "checkpoints" / "last.pt"
+    return last.is_file() and path.stat().st_mtime >= last.stat().st_mtime
+
+
+def evaluate_overrides(run_dir: Path, name: str, precision: str, source: dict | None) -> list[str]:
+    """evaluate.py's overrides for one evaluation: beam 4, alpha 0.6, last checkpoint."""
+    where = (
+        ["split=test"]
+        if source is None
+        else [
+            f"src_file={source['src_file']}",
+            f"ref_file={source['ref_file']}",
+        ]
+    )
+    return [
+        f"run_dir={run_dir}",
+        *where,
+        f"name={name}",
+        "checkpoint=last",
+        f"beam={BEAM}",
+        f"lenpen={LENPEN}",
+        f"precision={precision}",
+        "long_inputs=skip",
+    ]
+
+
+def length_scores(hyps: list[str], refs: list[str]) -> dict:
+    """sacreBLEU, chrF, brevity penalty, hypothesis/reference length ratio, 1-gram precision."""
+    bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    return {
+        "bleu": round(bleu.score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        "bp": round(bleu.bp, 4),
+        "length_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4),
+        "hyp_len": bleu.sys_len,
+        "ref_len": bleu.ref_len,
+        "unigram_precision": round(bleu.precisions[0], 2),
+    }
+
+
+def scored_lines(path: Path, expected: int, label: str) -> list[str]:
+    """The hypotheses of an evaluation, one per line; every line must have been translated."""
+    hyps = path.read_text(encoding="utf-8").splitlines()
+    if len(hyps) != expected:
+        raise StudyError(
+            f"{label}: {path} has {len(hyps)} translations for {expected} lines (some lines were "
+            "too long for the position encoding); raise model.max_positions for this study"
+        )
+    return hyps
+
+
+def bucket_scores(srcs: list[str], hyps: list[str], refs: list[str], max_words: int) -> list[dict]:
+    """BLEU and sentence count per source-length bucket (words; one bucket ends at max_words)."""
+    from evaluation.extrapolation import bleu_by_bucket
+
+    rows = bleu_by_bucket(srcs, hyps, refs, max_words, BUCKET_WIDTH)
+    return [{k: row[k] for k in ("bucket", "low", "high", "beyond", "n", "bleu")} for row in rows]
+
+
+def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> dict:
+    """Evaluate one finished run (what is not current yet) and write its study.json."""
+    from data.corpus import data_identity
+    from evaluate import evaluate
+
+    step = int(field(metrics, "steps", job.run_dir / "metrics.json"))
+    study_path = job.run_dir / STUDY_FILE
+    if study_path.is_file():
+        record = read_json(study_path)
+        if record.get("step") == step:
+            say(f"  {job.label}: scored at step {step}, not scored again")
+            return record
+    config = stored_config(job.run_dir)
+    precision = str(config.trainer.precision)
+    sets = concat_sets(config.data, sets_root / data_identity(config.data)[:16])
+    evaluations = [(TABLE3_EVAL, None)] + [(s["name"], s) for s in sets]
+    eval_dir = job.run_dir / "eval"
+    for number, (name, source) in enumerate(evaluations, start=1):
+        if eval_is_current(eval_dir / f"{name}.json", job.run_dir, step):
+            continue
+        start = time.monotonic()
+        evaluate(
+            compose_config(evaluate_overrides(job.run_dir, name, precision, source), "evaluate")
+        )
+        seconds = time.monotonic() - start
+        say(f"  {job.label}: evaluated {name} ({number}/{len(evaluations)}, {seconds:.0f} s)")
+    table3_path = eval_dir / f"{TABLE3_EVAL}.json"
+    table3 = read_json(table3_path)
+    concat, pooled = [], {}
+    for s in sets:
+        record = read_json(eval_dir / f"{s['name']}.json")
+        srcs = s["src_file"].read_text(encoding="utf-8").splitlines()
+        refs = s["ref_file"].read_text(encoding="utf-8").splitlines()
+        hyps = scored_lines(eval_dir / f"{s['name']}.hyp", len(srcs), job.label)
+        concat.append(
+            {"split": s["split"], "k": s["k"], "lines": s["lines"], "left_out": s["left_out"]}
+            | length_scores(hyps, refs)
+            | {"ppl": record.get("ppl")}
+        )
+        old = pooled.get(s["k"], ([], [], [], 0))
+        pooled[s["k"]] = (old[0] + srcs, old[1] + hyps, old[2] + refs, old[3] + s["left_out"])
+    for k, (srcs, hyps, refs, left_out) in sorted(pooled.items()):
+        concat.append(
+            {"split": POOLED, "k": k, "lines": len(srcs), "left_out": left_out}
+            | length_scores(hyps, refs)
+        )
+    srcs, hyps, refs, _ = pooled[1]
+    record = {
+        "condition": job.condition,
+        "variant": job.variant,
+        "seed": job.seed,
+        "run_dir": str(job.run_dir),
+        "step": step,
+        "precision": precision,
+        "train_cleaning": read_json(job.run_dir / "data.json").get("train_cleaning"),
+        "dev_ppl": field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
+        "wall_seconds": metrics.get("wall_seconds"),
+        "test": {
+            "eval": TABLE3_EVAL,
+            **{key: field(table3, key, table3_path) for key in ("bleu", "chrf", "n_sentences")},
+            "tok_bleu": table3.get("tok_bleu"),
+            "signature": table3.get("signature"),
+        },
+        "concat": concat,
+        "max_words": max_words,
+        "by_bucket": bucket_scores(srcs, hyps, refs, max_words),
+    }
+    write_json(study_path, record)
+    test = record["test"]
+    say(f"  {job.label}: test sacreBLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}")
+    return record
+
+
+def last_step_line(log_path: Path) -> str | None:
+    """The newest 'step N loss L' of a train.log (None before the first)."""
+    if not log_path.is_file():
+        return None
+    with log_path.open("rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+        tail = f.read().decode("utf-8", "replace").splitlines()
+    for line in reversed(tail):
+        if " - step " in line and " loss " in line:
+            return " ".join(line.split(" - ", 1)[1].split()[:4])
+    return None
+
+
+class Console:
+    """Progress lines from several run threads, one whole line at a time."""
+
+    def __init__(self, echo: Callable[[str], None] = print) -> None:
+        self.echo, self.lock = echo, threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self.lock:
+            self.echo(line)
+
+
+def job_command(job: Job, root: Path, overrides: Sequence[str]) -> list[str]:
+    """`python scripts/study.py run` for this one run (what --jobs N starts N of at a time)."""
+    return [
+        sys.executable,
+        str(ROOT / "scripts" / "study.py"),
+        "run",
+        "--condition",
+        job.condition,
+        "--variants",
+        job.variant,
+        "--seeds",
+        str(job.seed),
+        "--root",
+        str(root),
+        "--",
+        *overrides,
+    ]
+
+
+def run_in_process(job: Job, root: Path, overrides: Sequence[str], say) -> None:
+    """Start one run's own study process (one thread); every minute, say its last step."""
+    log_path = job.run_dir / "study.out"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            job_command(job, root, overrides), stdout=log, stderr=subprocess.STDOUT, env=env
+        )
+        shown = None
+        while True:
+            try:
+                process.wait(timeout=60)
+                break
+            except subprocess.TimeoutExpired:
+                line = last_step_line(job.run_dir / "train.log")
+                if line and line != shown:
+                    say(f"  {job.label}: {line}")
+                    shown = line
+    if process.returncode != 0:
+        raise StudyError(f"{job.label} failed (exit status {process.returncode}): see {log_path}")
+
+
+def run_study(
+    root: Path,
+    conditions: Sequence[str] = ("all",),
+    variants: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    jobs: int = 1,
+    overrides: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+) -> list[dict]:
+    """Train (or resume, or skip) and score every planned run; return their study records.
+
+    jobs 1: one run after the other in this process; jobs N: N runs at a time, each in its own
+    `scripts/study.py run` process. A run that fails is reported and the others go on; a
+    StudyError at the end names the failed ones.
+    """
+    if int(jobs) < 1:
+        raise StudyError(f"--jobs {jobs}: pass 1 or more parallel runs")
+    root = Path(root).absolute()
+    planned = planned_jobs(root, conditions, variants, seeds)
+    for condition in conditions:  # a bad override fails here, once, not in every run
+        compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
+    max_words = condition_max_words("short")
+    say = Console(echo)
+    say(f"study: {len(planned)} runs in {root}, {jobs} at a time")
+    failures: list[str] = []
+
+    def one(number: int, job: Job) -> None:
+        say(f"[{number}/{len(planned)}] {job.label}")
+        try:
+            if int(jobs) > 1:
+                run_in_process(job, root, overrides, say)
+            else:
+                metrics = train_job(job, overrides, say)
+                score_job(job, metrics, root / "concat_sets", max_words, say)
+        except UserError as e:
+            failures.append(job.label)
+            say(f"  {job.label}: error: {e}")
+
+    if int(jobs) == 1:
+        for number, job in enumerate(planned, start=1):
+            one(number, job)
+    else:
+        with ThreadPoolExecutor(max_workers=int(jobs)) as pool:
+            for future in [pool.submit(one, n, job) for n, job in enumerate(planned, start=1)]:
+                future.result()
+    records = [read_json(j.run_dir / STUDY_FILE) for j in planned if j.label not in failures]
+    say(f"study: {len(records)} of {len(planned)} runs trained and scored")
+    if failures:
+        raise StudyError(f"{len(failures)} runs failed ({', '.join(failures)}); see their logs")
+    return records
+
+
+# --- the report -----------------------------------------------------------------------------
+
+
+def scored_runs(root: Path) -> tuple[list[dict], list[str]]:
+    """study.json of every run under root that is scored at its final step; the others' labels."""
+    root = Path(root)
+    records, unscored = [], []
+    for condition in CONDITIONS:
+        for run_dir in sorted((root / condition).glob("*/seed-*")):
+            label = f"{condition}/{run_dir.parent.name}/{run_dir.name}"
+            metrics = finished_metrics(run_dir)
+            path = run_dir / STUDY_FILE
+            if metrics is None or not path.is_file():
+                unscored.append(label)
+                continue
+            record = read_json(path)
+            if record.get("step") != metrics.get("steps"):
+                unscored.append(label)
+                continue
+            for key in ("condition", "variant", "seed", "step", "test", "concat", "by_bucket"):
+                field(record, key, path)
+            records.append(record)
+    return records, unscored
+
+
+def interval(values: list[float]) -> dict:
+    """Mean, sample std and the 95% t-interval of the mean (None where undefined)."""
+    from evaluation.statistics import mean, stdev, t_quantile
+
+    values = [float(v) for v in values if v is not None]
+    result = {"n": len(values), "mean": mean(values), "std": stdev(values), "low": None}
+    result["high"] = None
+    if len(values) >= 2:
+        half = t_quantile(0.95, len(values) - 1) * result["std"] / len(values) ** 0.5
+        result |= {"low": result["mean"] - half, "high": result["mean"] + half}
+    return result
+
+
+def paired_difference(base: dict[int, float], other: dict[int, float]) -> dict:
+    """other - base over the seeds both have, with its 95% paired t-interval."""
+    from evaluation.statistics import paired_t_interval
+
+    seeds = sorted(set(base) & set(other))
+    diffs = [other[s] - base[s] for s in seeds]
+    if not diffs:
+        return {"seeds": [], "difference": None, "low": None, "high": None, "df": None}
+    return {"seeds": seeds} | paired_t_interval(diffs)
+
+
+def table3(records: list[dict], out: Path, resamples: int, baseline: str = "sinusoidal") -> dict:
+    """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
+
+    Per variant: dev PPL, sacreBLEU and chrF mean ± std and 95% interval over seeds; every
+    variant minus the baseline paired by seed (BLEU and chrF) with its interval; the steps of
+    every run (a study trains every run for the same number of updates).
+    """
+    from evaluation.compare import compare
+
+    runs = [r for r in records if r["condition"] == "all"]
+    if not runs:
+        return {}
+    result = compare(
+        [Path(r["run_dir"]) for r in runs],
+        TABLE3_EVAL,
+        out,
+        resamples=resamples,
+        baseline=baseline,
+    )
+    by_variant: dict[str, list[dict]] = {}
+    for run in runs:
+        by_variant.setdefault(run["variant"], []).append(run)
+    for row in result["variants"]:
+        mine = by_variant.get(row["variant"], [])
+        row["intervals"] = {
+            "dev_ppl": interval([r["dev_ppl"] for r in mine]),
+            "bleu": interval([r["test"]["bleu"] for r in mine]),
+            "chrf": interval([r["test"]["chrf"] for r in mine]),
+        }
+        row["steps_by_seed"] = {str(r["seed"]): r["step"] for r in mine}
+    base = by_variant.get(baseline, [])
+    for diff in result["differences"]:
+        other = by_variant[diff["variant"]]
+        diff["chrf_across_seeds"] = paired_difference(
+            {r["seed"]: r["test"]["chrf"] for r in base},
+            {r["seed"]: r["test"]["chrf"] for r in other},
+        )
+    steps = sorted({r["step"] for r in runs})
+    result["study"] = {"condition": "all", "steps": steps, "equal_steps": len(steps) == 1}
+    write_json(out / "compare.json", result)
+    write_text(out / "table3.md", table3_markdown(result))
+    return result
+
+
+def cell(stats: dict, digits: int = 2) -> str:
+    """mean ± std [low, high] (what is defined), or an em dash."""
+    if stats.get("mean") is None:
+        return "—"
+    text = f"{stats['mean']:.{digits}f}"
+    if stats.get("std") is not None:
+        text += f" ± {stats['std']:.{digits}f}"
+    if stats.get("low") is not None:
+        text += f" [{stats['low']:.{digits}f}, {stats['high']:.{digits}f}]"
+    return text
+
+
+def signed_cell(diff: dict) -> str:
+    """+d [low, high] of a paired difference, or an em dash."""
+    if diff.get("difference") is None:
+        return "—"
+    text = f"{diff['difference']:+.2f}"
+    if diff.get("low") is not None:
+        text += f" [{diff['low']:+.2f}, {diff['high']:+.2f}]"
+    return text
+
+
+def table3_markdown(result: dict) -> str:
+    """Table 3 (E) extended: per variant mean ± std [95% interval] and the paired differences."""
+    lines = [
+        f"# Table 3 (E) extended: test_2016_flickr, beam {BEAM}, alpha {LENPEN}, last checkpoint",
+        "",
+        "| variant | seeds | steps | dev PPL | sacreBLEU | chrF | paper PPL | paper BLEU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["variants"]:
+        iv = row["intervals"]
+        steps = ", ".join(sorted(set(map(str, row["steps_by_seed"].values()))))
+        paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
+        paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
+        lines.append(
+            f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} "
+            f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
+            f"| {paper_ppl} | {paper_bleu} |"
+        )
+    lines += [
+        "",
+        "mean ± std over seeds [95% t-interval of the mean]; dev PPL per subword at the last "
+        f"step. {result['paper_note']}",
+    ]
+    if result["differences"]:
+        lines += [
+            "",
+            f"## Each variant minus {result['baseline']}, paired by seed",
+            "",
+            "| variant | seeds | Δ sacreBLEU [95%] | Δ chrF [95%] | bootstrap Δ BLEU [95%], p |",
+            "|---|---|---|---|---|",
+        ]
+    for diff in result["differences"]:
+        seeds = diff["across_seeds"]
+        boot = diff.get("bootstrap")
+        boot_text = (
+            "—"
+            if not boot
+            else (
+                f"{boot['difference']:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}], "
+                f"p {boot['p_value']:.3f} (seed {boot['seeds'][0]} vs {boot['seeds'][1]})"
+            )
+        )
+        lines.append(
+            f"| {diff['variant']} | {', '.join(map(str, seeds['seeds']))} | {signed_cell(seeds)} "
+            f"| {signed_cell(diff['chrf_across_seeds'])} | {boot_text} |"
+        )
+    study = result["study"]
+    same = "every run" if study["equal_steps"] else "NOT every run (steps differ)"
+    lines += ["", f"Steps: {', '.join(map(str, study['steps']))} ({same} at one budget)."]
+    return "\n".join(lines) + "\n"
+
+
+CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines", "left_out")
+
+
+def concat_table(records: list[dict]) -> dict:
+    """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
+
+    Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
+    is taken per seed, then summarized.
+    """
+    rows = []
+    for record in records:
+        for row in record["concat"]:
+            if row["split"] == POOLED:
+                rows.append(
+                    {k: record[k] for k in ("condition", "variant", "seed", "step")}
+                    | {"k": row["k"]}
+                    | {key: row[key] for key in CONCAT_KEYS}
+                )
+    k1 = {(r["condition"], r["variant"], r["seed"]): r["bleu"] for r in rows if r["k"] == 1}
+    for row in rows:
+        base = k1.get((row["condition"], row["variant"], row["seed"]))
+        row["bleu_ratio_to_k1"] = round(row["bleu"] / base, 4) if base else None
+    summary = []
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["condition"], row["variant"], row["k"]), []).append(row)
+    for (condition, variant, k), group in sorted(groups.items()):
+        summary.append(
+            {"condition": condition, "variant": variant, "k": k}
+            | {"seeds": sorted(r["seed"] for r in group), "lines": group[0]["lines"]}
+            | {
+                key: interval([r[key] for r in group])
+                for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
+            }
+        )
+    return {
+        "splits": list(CONCAT_SPLITS),
+        "ks": list(KS),
+        "beam": BEAM,
+        "lenpen": LENPEN,
+        "runs": sorted(rows, key=lambda r: (r["condition"], r["variant"], r["k"], r["seed"])),
+        "summary": summary,
+    }
+
+
+def concat_markdown(table: dict) -> str:
+    """concat.md: per condition and variant, the scores at each k (mean ± std over seeds)."""
+    lines = [
+        f"# Concatenation test: {' + '.join(table['splits'])} lines joined k at a time",
+        "",
+        "sacreBLEU, chrF, brevity penalty (BP), hypothesis/reference length ratio and "
+        "BLEU(k)/BLEU(1), mean ± std over seeds [95% interval]; beam "
+        f"{table['beam']}, alpha {table['lenpen']}, last checkpoint.",
+        "",
+        "| condition | variant | k | lines | seeds | BLEU | chrF | BP | length ratio "
+        "| BLEU(k)/BLEU(1) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in table["summary"]:
+        lines.append(
+            f"| {row['condition']} | {row['variant']} | {row['k']} | {row['lines']} "
+            f"| {', '.join(map(str, row['seeds']))} | {cell(row['bleu'])} | {cell(row['chrf'])} "
+            f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
+            f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def bucket_table(records: list[dict]) -> dict:
+    """The short condition against its control (all lengths), bucket by bucket, with counts.
+
+    Per variant and bucket: BLEU mean over seeds in each condition, their ratio (short /
+    control), the ratio per seed both ran, and the number of sentences in the bucket.
+    """
+    cells: dict[tuple, dict[int, float]] = {}
+    sizes: dict[str, dict] = {}
+    for record in records:
+        if record["condition"] not in ("short", "all"):
+            continue
+        for b in record["by_bucket"]:
+            key = (record["variant"], b["bucket"], record["condition"])
+            cells.setdefault(key, {})[record["seed"]] = b["bleu"]
+            sizes[b["bucket"]] = {k: b[k] for k in ("bucket", "low", "high", "beyond", "n")}
+    variants = sorted({key[0] for key in cells if key[2] == "short"})
+    max_words = next((r["max_words"] for r in records if r["condition"] == "short"), None)
+    rows = []
+    for variant in variants:
+        for name, size in sorted(sizes.items(), key=lambda item: item[1]["low"]):
+            short = cells.get((variant, name, "short"), {})
+            control = cells.get((variant, name, "all"), {})
+            short_iv, control_iv = interval(list(short.values())), interval(list(control.values()))
+            ratio = None
+            if short_iv["mean"] is not None and control_iv["mean"]:
+                ratio = round(short_iv["mean"] / control_iv["mean"], 4)
+            paired = {
+                str(s): round(short[s] / control[s], 4)
+                for s in sorted(set(short) & set(control))
+                if short[s] is not None and control[s]
+            }
+            rows.append(
+                {"variant": variant}
+                | size
+                | {"short": short_iv, "control": control_iv, "ratio": ratio}
+                | {"ratio_by_seed": paired, "ratio_paired": interval(list(paired.values()))}
+                | {"short_seeds": sorted(short), "control_seeds": sorted(control)}
+            )
+    return {"max_words": max_words, "bucket_width": BUCKET_WIDTH, "rows": rows}
+
+
+def bucket_markdown(table: dict) -> str:
+    """buckets.md: short-trained BLEU over the all-lengths control, per bucket, with counts."""
+    lines = [
+        f"# Trained on <= {table['max_words']} source words vs all lengths (the control)",
+        "",
+        f"test_2016_flickr + validation, BLEU per source-length bucket ({table['bucket_width']} "
+        "words; * = beyond the short runs' training lengths), mean over seeds; ratio = short / "
+        "control (and its mean over paired seeds [95% interval]).",
+        "",
+        "| variant | bucket | sentences | short BLEU | control BLEU | ratio | paired ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in table["rows"]:
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        mark = "*" if row["beyond"] else ""
+        lines.append(
+            f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} | {cell(row['short'])} "
+            f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_bleu_vs_k(table: dict, path: Path) -> None:
+    """BLEU against k per variant, the band spanning the seeds; one panel per condition."""
+    from evaluation.plots import pyplot
+
+    plt = pyplot()
+    conditions = [c for c in ("all", "joined") if any(r["condition"] == c for r in table["runs"])]
+    fig, axes = plt.subplots(1, max(len(conditions), 1), figsize=(5 * max(len(conditions), 1), 4))
+    axes = [axes] if len(conditions) <= 1 else list(axes)
+    variants = sorted({r["variant"] for r in table["runs"]})
+    for ax, condition in zip(axes, conditions, strict=False):
+        for i, variant in enumerate(variants):
+            rows = [
+                r for r in table["runs"] if r["condition"] == condition and r["variant"] == variant
+            ]
+            if not rows:
+                continue
+            ks = sorted({r["k"] for r in rows})
+            bleus = [[r["bleu"] for r in rows if r["k"] == k] for k in ks]
+            ax.plot(ks, [sum(b) / len(b) for b in bleus], marker="o", color=f"C{i}", label=variant)
+            ax.fill_between(
+                ks, [min(b) for b in bleus], [max(b) for b in bleus], color=f"C{i}", alpha=0.2
+            )
+        ax.set_xticks(list(KS))
+        ax.set_xlabel("k (sentences joined per line)")
+        ax.set_ylabel("sacreBLEU (band: seeds' range)")
+        ax.set_title(f"Concatenation test, trained on: {condition}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_bucket_ratio(table: dict, path: Path) -> None:
+    """Short-trained BLEU / control BLEU per source-length bucket, one line per variant."""
+    from evaluation.plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i, variant in enumerate(sorted({r["variant"] for r in table["rows"]})):
+        rows = [r for r in table["rows"] if r["variant"] == variant and r["ratio"] is not None]
+        ax.plot(
+            [(r["low"] + r["high"]) / 2 for r in rows],
+            [r["ratio"] for r in rows],
+            marker="o",
+            color=f"C{i}",
+            label=variant,
+        )
+    ax.axhline(1.0, color="grey", linewidth=1)
+    if table["max_words"]:
+        ax.axvline(table["max_words"] + 0.5, color="black", linestyle="--", linewidth=1)
+    ax.set_xlabel(f"source length (words; buckets of {table['bucket_width']})")
+    ax.set_ylabel("BLEU ratio: trained on short / on all lengths")
+    ax.set_title(f"Trained on <= {table['max_words']} words, relative to the control")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def missing_runs(records: list[dict], root: Path) -> list[str]:
+    """Labels of the study's planned runs (planned_jobs defaults) with no scored record."""
+    done = {(r["condition"], r["variant"], r["seed"]) for r in records}
+    return [
+        job.label
+        for job in planned_jobs(root, list(CONDITIONS))
+        if (job.condition, job.variant, job.seed) not in done
+    ]
+
+
+def write_report(
+    root: Path, out: Path, resamples: int = 1000, echo: Callable[[str], None] = print
+) -> dict:
+    """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run."""
+    records, unscored = scored_runs(root)
+    if not records:
+        raise StudyError(
+            f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
+        )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    missing = missing_runs(records, root)
+    echo(f"report: {len(records)} scored runs; {len(missing)} planned runs missing")
+    table = table3(records, out, resamples)
+    concat = concat_table(records)
+    write_json(out / "concat.json", concat)
+    write_text(out / "concat.md", concat_markdown(concat))
+    plot_bleu_vs_k(concat, out / "bleu_vs_k.png")
+    buckets = bucket_table(records)
+    write_json(out / "buckets.json", buckets)
+    write_text(out / "buckets.md", bucket_markdown(buckets))
+    if buckets["rows"]:
+        plot_bucket_ratio(buckets, out / "bucket_ratio.png")
+    runs = {
+        "runs": [
+            {k: r[k] for k in ("condition", "variant", "seed", "step", "dev_ppl", "wall_seconds")}
+            | {"bleu": r["test"]["bleu"], "chrf": r["test"]["chrf"]}
+            for r in records
+        ],
+        "unscored": unscored,
+        "missing": missing,
+    }
+    write_json(out / "runs.json", runs)
+    lines = [
+        f"# The position-encoding study: {len(records)} scored runs",
+        "",
+        "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
+        "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
+        "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
+        "",
+        f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
+        f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
+    ]
+    write_text(out / "README.md", "\n".join(lines) + "\n")
+    if table:
+        echo(table3_markdown(table))
+    echo(f"written: {out}/ (README.md, table3.md, compare.json, concat.json, buckets.json, plots)")
+    return {"table3": table, "concat": concat, "buckets": buckets, **runs}

@@ -1,0 +1,61 @@
+"""The position-encoding study (README "The study"): train and score every run, then report.
+
+    python scripts/study.py run [--condition all joined short] [--variants V ...] [--seeds S ...]
+        [--jobs N] [--root outputs/study] [-- hydra overrides for every run]
+    python scripts/study.py report [--root outputs/study] [--out results/pe_study]
+
+`run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ (one
+thread a run, N runs at a time), resumes unfinished runs, skips finished ones and scores each
+run once (evaluation/study.py). `report` writes the tables, JSON and plots of every scored run.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data.errors import UserError  # noqa: E402
+from evaluation.study import CONDITIONS, run_study, write_report  # noqa: E402
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line of `run` and `report`."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="train, resume and score the study's runs")
+    run.add_argument(
+        "--condition",
+        nargs="+",
+        default=["all"],
+        choices=sorted(CONDITIONS),
+        help="training conditions (default: all)",
+    )
+    run.add_argument("--variants", nargs="+", help="position variants (default: the study's)")
+    run.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the study's plan)")
+    run.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
+    run.add_argument("--root", type=Path, default=Path("outputs/study"), help="runs folder")
+    run.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
+    report = commands.add_parser("report", help="tables, JSON and plots of the scored runs")
+    report.add_argument("--root", type=Path, default=Path("outputs/study"), help="runs folder")
+    report.add_argument("--out", type=Path, default=Path("results/pe_study"), help="report folder")
+    report.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: off)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None):
+    """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
+    args = parse(argv)
+    try:
+        if args.command == "run":
+            return run_study(
+                args.root, args.condition, args.variants, args.seeds, args.jobs, args.overrides
+            )
+        return write_report(args.root, args.out, args.resamples)
+    except (UserError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

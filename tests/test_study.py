@@ -1,0 +1,237 @@
+"""The study runner and report (evaluation/study.py, scripts/study.py) on tiny real runs."""
+
+import json
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from data.errors import UserError
+from evaluation.study import (
+    CONDITIONS,
+    KS,
+    POOLED,
+    STUDY_FILE,
+    StudyError,
+    job_command,
+    planned_jobs,
+    run_study,
+    scored_runs,
+    write_report,
+)
+from scripts.study import main as study_main
+from scripts.study import parse
+from tests.conftest import compose_config
+
+N_EVAL = 61  # sentences in the toy validation and test splits: 61 % k leaves 1 line for k > 1
+
+
+def tiny_overrides(cache_dir) -> list[str]:
+    """The study's experiments shrunk to seconds: the toy corpus, a tiny model, 20 steps."""
+    return [
+        "data=toy",
+        f"cache_dir={cache_dir}",
+        "data.corpus.train_size=3000",
+        f"+data.corpus.validation_size={N_EVAL}",
+        f"+data.corpus.test_size={N_EVAL}",
+        "data.vocab_size=400",
+        "data.max_tokens=1024",
+        "model=tiny",
+        "model.d_model=64",
+        "model.d_ff=128",
+        "trainer.effective_tokens=1024",
+        "trainer.max_steps=20",
+        "trainer.eval_every=20",
+        "trainer.eval_bleu_sentences=0",
+        "trainer.save_every_steps=10",
+        "optim.warmup=10",
+    ]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """A study root with all-lengths and short runs of 2 variants x 1 seed, and what it said."""
+    root = tmp_path_factory.mktemp("study")
+    cache = tmp_path_factory.mktemp("cache")
+    lines = []
+    overrides = tiny_overrides(cache)
+    records = run_study(
+        root, ["all", "short"], ["sinusoidal", "learned"], [1], 1, overrides, lines.append
+    )
+    return root, overrides, records, lines
+
+
+def test_experiments_differ_only_in_their_condition():
+    """One step budget and precision for every condition; only the condition's keys differ."""
+    base = OmegaConf.to_container(compose_config([f"experiment={CONDITIONS['all']}"]))
+    assert base["trainer"]["max_steps"] == 2400 and base["trainer"]["max_minutes"] is None
+    assert base["trainer"]["precision"] == "fp32" and base["data"]["train_join_share"] is None
+    expected = {"joined": {"train_join_share": 0.5}, "short": {"train_max_src_words": 10}}
+    for condition, keys in expected.items():
+        cfg = OmegaConf.to_container(compose_config([f"experiment={CONDITIONS[condition]}"]))
+        assert {k: cfg["data"].get(k) for k in keys} == keys
+        cfg["data"] = {k: v for k, v in cfg["data"].items() if k not in keys}
+        assert cfg == base | {"data": {k: v for k, v in base["data"].items() if k not in keys}}
+
+
+def test_plan_puts_row_e_first_and_gives_it_five_seeds(tmp_path):
+    jobs = planned_jobs(tmp_path, ["all", "joined"])
+    all_runs = [j for j in jobs if j.condition == "all"]
+    assert [(j.variant, j.seed) for j in all_runs[:4]] == [
+        ("learned", 1),
+        ("sinusoidal", 1),
+        ("learned", 2),
+        ("sinusoidal", 2),
+    ]
+    seeds = {}
+    for job in all_runs:
+        seeds.setdefault(job.variant, []).append(job.seed)
+    assert seeds["sinusoidal"] == seeds["learned"] == [1, 2, 3, 4, 5]
+    assert all(s == [1, 2, 3] for v, s in seeds.items() if v not in ("sinusoidal", "learned"))
+    joined = [j for j in jobs if j.condition == "joined"]
+    assert "none" not in {j.variant for j in joined} and {j.seed for j in joined} == {1, 2}
+    assert all_runs[0].run_dir == tmp_path / "all" / "learned" / "seed-1"
+
+
+def test_runs_train_to_the_budget_and_score_once(study):
+    root, _, records, lines = study
+    assert [(r["condition"], r["variant"]) for r in records] == [
+        ("all", "learned"),
+        ("all", "sinusoidal"),
+        ("short", "learned"),
+        ("short", "sinusoidal"),
+    ]
+    for record in records:
+        run_dir = root / record["condition"] / record["variant"] / "seed-1"
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        assert record["step"] == metrics["steps"] == 20
+        assert (run_dir / ".hydra" / "config.yaml").is_file()
+        assert record["precision"] == "fp32"
+    short = json.loads((root / "short/sinusoidal/seed-1/data.json").read_text())
+    assert short["train_cleaning"]["over_max_words"] > 0
+    assert any("python train.py experiment=pe_study_multi30k " in line for line in lines)
+
+
+def test_concatenation_numbers(study):
+    """k = 1 equals the plain test evaluation; n // k lines per k; BP and ratio agree."""
+    root, _, records, _ = study
+    for record in records:
+        run_dir = root / record["condition"] / record["variant"] / "seed-1"
+        plain = json.loads((run_dir / "eval" / "test-last-beam4.json").read_text())
+        by = {(row["split"], row["k"]): row for row in record["concat"]}
+        assert by[("test", 1)]["bleu"] == plain["bleu"] == record["test"]["bleu"]
+        assert by[("test", 1)]["chrf"] == plain["chrf"]
+        for k in KS:
+            for split in ("test", "validation"):
+                row = by[(split, k)]
+                assert row["lines"] == N_EVAL // k and row["left_out"] == N_EVAL % k
+                hyps = (run_dir / "eval" / f"concat-{split}-k{k}.hyp").read_text().splitlines()
+                assert len(hyps) == row["lines"]
+            pooled = by[(POOLED, k)]
+            assert pooled["lines"] == 2 * (N_EVAL // k)
+            ratio = pooled["hyp_len"] / pooled["ref_len"]
+            assert pooled["length_ratio"] == pytest.approx(ratio, abs=1e-4)
+            bp = 1.0 if ratio > 1 else math.exp(1 - 1 / ratio)
+            assert pooled["bp"] == pytest.approx(bp, abs=1e-4)
+        buckets = record["by_bucket"]
+        assert sum(b["n"] for b in buckets) == 2 * N_EVAL
+        assert any(b["beyond"] for b in buckets) and buckets[0]["low"] == 1
+
+
+def test_second_call_skips_finished_runs_and_scores(study):
+    root, overrides, records, _ = study
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+    lines = []
+    again = run_study(root, ["all"], ["sinusoidal"], [1], 1, overrides, lines.append)
+    assert again == [r for r in records if (r["condition"], r["variant"]) == ("all", "sinusoidal")]
+    assert any("not trained again" in line for line in lines)
+    assert any("not scored again" in line for line in lines)
+    assert before == {p: p.stat().st_mtime_ns for p in before if p.exists()}
+
+
+def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path):
+    """A run killed after step 10 (no metrics.json) resumes to 20 and is scored at step 20."""
+    _, overrides, _, _ = study
+    root = tmp_path / "study"
+    run_study(root, ["joined"], ["sinusoidal"], [1], 1, [*overrides, "trainer.max_steps=10"])
+    run_dir = root / "joined" / "sinusoidal" / "seed-1"
+    assert json.loads((run_dir / STUDY_FILE).read_text())["step"] == 10
+    (run_dir / "metrics.json").unlink()  # what a killed run leaves: checkpoints, no metrics
+    lines = []
+    (record,) = run_study(root, ["joined"], ["sinusoidal"], [1], 1, overrides, lines.append)
+    assert any("resuming" in line for line in lines)
+    assert "resumed from step 10" in (run_dir / "train.log").read_text()
+    assert record["step"] == 20
+    last = (run_dir / "checkpoints" / "last.pt").stat().st_mtime
+    for name in ("test-last-beam4", "concat-test-k4", "concat-validation-k1"):
+        assert (run_dir / "eval" / f"{name}.json").stat().st_mtime >= last
+    cleaning = json.loads((run_dir / "data.json").read_text())["train_cleaning"]
+    assert 0 < cleaning["joined"] < cleaning["join_lines"] == cleaning["kept"] < 3000
+    assert record["train_cleaning"] == cleaning
+
+
+def test_report_writes_the_tables_json_and_plots(study, tmp_path):
+    root, _, records, _ = study
+    out = tmp_path / "report"
+    report = write_report(root, out, resamples=20, echo=lambda _: None)
+    compare = json.loads((out / "compare.json").read_text())
+    assert {r["variant"] for r in compare["runs"]} == {"sinusoidal", "learned"}
+    assert all(r["steps"] == 20 for r in compare["runs"])
+    assert compare["study"] == {"condition": "all", "steps": [20], "equal_steps": True}
+    sinusoidal = next(v for v in compare["variants"] if v["variant"] == "sinusoidal")
+    assert sinusoidal["paper_bleu"] == 25.8 and sinusoidal["intervals"]["bleu"]["n"] == 1
+    (diff,) = compare["differences"]
+    bleu = {r["variant"]: r["bleu"] for r in compare["runs"]}
+    assert diff["across_seeds"]["difference"] == pytest.approx(bleu["learned"] - bleu["sinusoidal"])
+    concat = json.loads((out / "concat.json").read_text())
+    keys = {(r["condition"], r["variant"], r["k"], r["seed"]) for r in concat["runs"]}
+    assert keys == {(c, v, k, 1) for c in ("all", "short") for v in bleu for k in KS}
+    for row in concat["runs"]:
+        assert {"bleu", "chrf", "bp", "length_ratio", "lines", "left_out"} <= set(row)
+        if row["k"] == 1:
+            assert row["bleu_ratio_to_k1"] == 1.0
+    buckets = json.loads((out / "buckets.json").read_text())
+    assert buckets["max_words"] == 10
+    for variant in bleu:
+        rows = [r for r in buckets["rows"] if r["variant"] == variant]
+        assert sum(r["n"] for r in rows) == 2 * N_EVAL
+        for r in rows:
+            if r["short"]["mean"] and r["control"]["mean"]:
+                assert r["ratio"] == pytest.approx(r["short"]["mean"] / r["control"]["mean"], 1e-3)
+    for name in ("table3.md", "concat.md", "buckets.md", "README.md", "bleu_by_variant.png"):
+        assert (out / name).is_file()
+    for name in ("bleu_vs_k.png", "bucket_ratio.png"):
+        assert (out / name).stat().st_size > 1000
+    assert "all/sinusoidal/seed-2" in report["missing"]
+    assert "joined/learned/seed-1" in report["missing"]
+
+
+def test_one_run_command_round_trips(tmp_path):
+    (job,) = planned_jobs(tmp_path, ["short"], ["learned"], [3])
+    args = parse(job_command(job, tmp_path, ["cache_dir=/tmp/x"])[2:])
+    assert (args.condition, args.variants, args.seeds) == (["short"], ["learned"], [3])
+    assert args.overrides == ["cache_dir=/tmp/x"] and args.root == tmp_path
+
+
+def test_bad_input_is_one_line(tmp_path, capsys, study):
+    with pytest.raises(StudyError, match="unknown position variant sinus"):
+        planned_jobs(tmp_path, ["all"], ["sinus"])
+    with pytest.raises(StudyError, match="--condition long"):
+        planned_jobs(tmp_path, ["long"])
+    with pytest.raises(StudyError, match="no scored runs"):
+        write_report(tmp_path, tmp_path / "out")
+    with pytest.raises(SystemExit) as exit_info:
+        study_main(["report", "--root", str(tmp_path)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no scored runs") and len(err.splitlines()) == 1
+    root = study[0]
+    broken = tmp_path / "broken" / "all" / "sinusoidal" / "seed-1"
+    broken.mkdir(parents=True)
+    source = root / "all" / "sinusoidal" / "seed-1"
+    (broken / "metrics.json").write_text((source / "metrics.json").read_text())
+    record = json.loads((source / STUDY_FILE).read_text())
+    del record["concat"]
+    (broken / STUDY_FILE).write_text(json.dumps(record))
+    with pytest.raises(UserError, match="has no 'concat' field"):
+        scored_runs(tmp_path / "broken")
