@@ -10,6 +10,7 @@ run once (evaluation/study.py). `report` writes the tables, JSON and plots of ev
 """
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None):
     """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
     args = parse(argv)
+    logging.basicConfig(  # train.py's and evaluate.py's progress lines, and each run's train.log
+        level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+    )
     try:
         if args.command == "run":
             return run_study(

@@ -1,11 +1,13 @@
 """The study runner and report (evaluation/study.py, scripts/study.py) on tiny real runs."""
 
 import json
+import logging
 import math
 
 import pytest
 from omegaconf import OmegaConf
 
+from data.corpus import load_split
 from data.errors import UserError
 from evaluation.study import (
     CONDITIONS,
@@ -55,9 +57,8 @@ def study(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     lines = []
     overrides = tiny_overrides(cache)
-    records = run_study(
-        root, ["all", "short"], ["sinusoidal", "learned"], [1], 1, overrides, lines.append
-    )
+    records = run_study(root, ["all"], ["sinusoidal", "learned"], [1], 1, overrides, lines.append)
+    records += run_study(root, ["short"], ["sinusoidal"], [1], 1, overrides, lines.append)
     return root, overrides, records, lines
 
 
@@ -98,7 +99,6 @@ def test_runs_train_to_the_budget_and_score_once(study):
     assert [(r["condition"], r["variant"]) for r in records] == [
         ("all", "learned"),
         ("all", "sinusoidal"),
-        ("short", "learned"),
         ("short", "sinusoidal"),
     ]
     for record in records:
@@ -112,30 +112,47 @@ def test_runs_train_to_the_budget_and_score_once(study):
     assert any("python train.py experiment=pe_study_multi30k " in line for line in lines)
 
 
+def check_concatenation(record: dict, run_dir) -> None:
+    """k = 1 is the plain test evaluation; n // k lines per k; BP and length ratio agree.
+
+    The joined sets are checked line by line against the corpus splits the run trained with.
+    """
+    data_cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml").data
+    (sets,) = (run_dir.parents[2] / "concat_sets").iterdir()
+    for split in ("test", "validation"):
+        corpus = load_split(data_cfg, split)
+        for k in KS:
+            for side, lang in (("src", "en"), ("tgt", "de")):
+                lines = (sets / f"{split}-k{k}.{lang}").read_text(encoding="utf-8").splitlines()
+                texts = list(corpus[side])
+                assert lines == [" ".join(texts[i : i + k]) for i in range(0, N_EVAL - k + 1, k)]
+    plain = json.loads((run_dir / "eval" / "test-last-beam4.json").read_text())
+    plain_hyps = (run_dir / "eval" / "test-last-beam4.hyp").read_text()
+    assert (run_dir / "eval" / "concat-test-k1.hyp").read_text() == plain_hyps
+    by = {(row["split"], row["k"]): row for row in record["concat"]}
+    assert by[("test", 1)]["bleu"] == plain["bleu"] == record["test"]["bleu"]
+    assert by[("test", 1)]["chrf"] == plain["chrf"] == record["test"]["chrf"]
+    for k in KS:
+        for split in ("test", "validation"):
+            row = by[(split, k)]
+            assert row["lines"] == N_EVAL // k and row["left_out"] == N_EVAL % k
+            hyps = (run_dir / "eval" / f"concat-{split}-k{k}.hyp").read_text().splitlines()
+            assert len(hyps) == row["lines"]
+        pooled = by[(POOLED, k)]
+        assert pooled["lines"] == 2 * (N_EVAL // k) and pooled["left_out"] == 2 * (N_EVAL % k)
+        ratio = pooled["hyp_len"] / pooled["ref_len"]
+        assert pooled["length_ratio"] == pytest.approx(ratio, abs=1e-4)
+        bp = 0.0 if ratio == 0 else 1.0 if ratio > 1 else math.exp(1 - 1 / ratio)
+        assert pooled["bp"] == pytest.approx(bp, abs=1e-4)
+    buckets = record["by_bucket"]
+    assert sum(b["n"] for b in buckets) == 2 * N_EVAL
+    assert any(b["beyond"] for b in buckets) and buckets[0]["low"] == 1
+
+
 def test_concatenation_numbers(study):
-    """k = 1 equals the plain test evaluation; n // k lines per k; BP and ratio agree."""
     root, _, records, _ = study
     for record in records:
-        run_dir = root / record["condition"] / record["variant"] / "seed-1"
-        plain = json.loads((run_dir / "eval" / "test-last-beam4.json").read_text())
-        by = {(row["split"], row["k"]): row for row in record["concat"]}
-        assert by[("test", 1)]["bleu"] == plain["bleu"] == record["test"]["bleu"]
-        assert by[("test", 1)]["chrf"] == plain["chrf"]
-        for k in KS:
-            for split in ("test", "validation"):
-                row = by[(split, k)]
-                assert row["lines"] == N_EVAL // k and row["left_out"] == N_EVAL % k
-                hyps = (run_dir / "eval" / f"concat-{split}-k{k}.hyp").read_text().splitlines()
-                assert len(hyps) == row["lines"]
-            pooled = by[(POOLED, k)]
-            assert pooled["lines"] == 2 * (N_EVAL // k)
-            ratio = pooled["hyp_len"] / pooled["ref_len"]
-            assert pooled["length_ratio"] == pytest.approx(ratio, abs=1e-4)
-            bp = 1.0 if ratio > 1 else math.exp(1 - 1 / ratio)
-            assert pooled["bp"] == pytest.approx(bp, abs=1e-4)
-        buckets = record["by_bucket"]
-        assert sum(b["n"] for b in buckets) == 2 * N_EVAL
-        assert any(b["beyond"] for b in buckets) and buckets[0]["low"] == 1
+        check_concatenation(record, root / record["condition"] / record["variant"] / "seed-1")
 
 
 def test_second_call_skips_finished_runs_and_scores(study):
@@ -149,8 +166,9 @@ def test_second_call_skips_finished_runs_and_scores(study):
     assert before == {p: p.stat().st_mtime_ns for p in before if p.exists()}
 
 
-def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path):
-    """A run killed after step 10 (no metrics.json) resumes to 20 and is scored at step 20."""
+def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path, caplog):
+    """A run killed at step 10 (no metrics.json) resumes to 20 and is scored at step 20."""
+    caplog.set_level(logging.INFO)  # what scripts/study.py sets: train.log gets train's lines
     _, overrides, _, _ = study
     root = tmp_path / "study"
     run_study(root, ["joined"], ["sinusoidal"], [1], 1, [*overrides, "trainer.max_steps=10"])
@@ -168,6 +186,7 @@ def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path):
     cleaning = json.loads((run_dir / "data.json").read_text())["train_cleaning"]
     assert 0 < cleaning["joined"] < cleaning["join_lines"] == cleaning["kept"] < 3000
     assert record["train_cleaning"] == cleaning
+    check_concatenation(record, run_dir)
 
 
 def test_report_writes_the_tables_json_and_plots(study, tmp_path):
@@ -185,14 +204,16 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     assert diff["across_seeds"]["difference"] == pytest.approx(bleu["learned"] - bleu["sinusoidal"])
     concat = json.loads((out / "concat.json").read_text())
     keys = {(r["condition"], r["variant"], r["k"], r["seed"]) for r in concat["runs"]}
-    assert keys == {(c, v, k, 1) for c in ("all", "short") for v in bleu for k in KS}
+    runs = {("all", "sinusoidal"), ("all", "learned"), ("short", "sinusoidal")}
+    assert keys == {(c, v, k, 1) for c, v in runs for k in KS}
     for row in concat["runs"]:
         assert {"bleu", "chrf", "bp", "length_ratio", "lines", "left_out"} <= set(row)
-        if row["k"] == 1:
-            assert row["bleu_ratio_to_k1"] == 1.0
+        if row["k"] == 1:  # None where BLEU(1) is 0 (a 20-step model)
+            assert row["bleu_ratio_to_k1"] == (1.0 if row["bleu"] else None)
     buckets = json.loads((out / "buckets.json").read_text())
     assert buckets["max_words"] == 10
-    for variant in bleu:
+    assert {r["variant"] for r in buckets["rows"]} == {"sinusoidal"}  # the short runs' variants
+    for variant in ("sinusoidal",):
         rows = [r for r in buckets["rows"] if r["variant"] == variant]
         assert sum(r["n"] for r in rows) == 2 * N_EVAL
         for r in rows:
@@ -204,6 +225,7 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
         assert (out / name).stat().st_size > 1000
     assert "all/sinusoidal/seed-2" in report["missing"]
     assert "joined/learned/seed-1" in report["missing"]
+    assert "short/learned/seed-1" in report["missing"]
 
 
 def test_one_run_command_round_trips(tmp_path):
@@ -235,3 +257,19 @@ def test_bad_input_is_one_line(tmp_path, capsys, study):
     (broken / STUDY_FILE).write_text(json.dumps(record))
     with pytest.raises(UserError, match="has no 'concat' field"):
         scored_runs(tmp_path / "broken")
+
+
+def test_two_runs_at_a_time_each_in_its_own_process(study, tmp_path):
+    _, overrides, _, _ = study
+    lines = []
+    records = run_study(
+        tmp_path, ["short"], ["sinusoidal", "learned"], [2], 2, overrides, lines.append
+    )
+    assert [(r["variant"], r["seed"], r["step"]) for r in records] == [
+        ("learned", 2, 20),
+        ("sinusoidal", 2, 20),
+    ]
+    for variant in ("sinusoidal", "learned"):
+        out = (tmp_path / "short" / variant / "seed-2" / "study.out").read_text()
+        assert f"short/{variant}/seed-2: test sacreBLEU" in out  # the run's own process said it
+    assert lines[-1] == "study: 2 of 2 runs trained and scored"
