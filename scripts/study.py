@@ -14,10 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import UserError  # noqa: E402
-from evaluation.study import CONDITIONS, run_study, write_report  # noqa: E402
+from data.errors import report_user_errors
+from evaluation.study import CONDITIONS, run_study, write_report
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -44,21 +44,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@report_user_errors
 def main(argv: list[str] | None = None):
     """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
     args = parse(argv)
     logging.basicConfig(  # train.py's and evaluate.py's progress lines, and each run's train.log
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
-    try:
-        if args.command == "run":
-            return run_study(
-                args.root, args.condition, args.variants, args.seeds, args.jobs, args.overrides
-            )
-        return write_report(args.root, args.out, args.resamples)
-    except (UserError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    if args.command == "run":
+        return run_study(
+            args.root, args.condition, args.variants, args.seeds, args.jobs, args.overrides
+        )
+    return write_report(args.root, args.out, args.resamples)
 
 
 if __name__ == "__main__":
