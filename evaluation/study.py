@@ -593,6 +593,7 @@ def table3(records: list[dict], out: Path, resamples: int, baseline: str = "sinu
             "dev_ppl": interval([r["dev_ppl"] for r in mine]),
             "bleu": interval([r["test"]["bleu"] for r in mine]),
             "chrf": interval([r["test"]["chrf"] for r in mine]),
+            "tok_bleu": interval([r["test"]["tok_bleu"] for r in mine]),
         }
         row["steps_by_seed"] = {str(r["seed"]): r["step"] for r in mine}
     base = by_variant.get(baseline, [])
@@ -636,8 +637,9 @@ def table3_markdown(result: dict) -> str:
     lines = [
         f"# Table 3 (E) extended: test_2016_flickr, beam {BEAM}, alpha {LENPEN}, last checkpoint",
         "",
-        "| variant | seeds | steps | dev PPL | sacreBLEU | chrF | paper PPL | paper BLEU |",
-        "|---|---|---|---|---|---|---|---|",
+        "| variant | seeds | steps | dev PPL | sacreBLEU | chrF | tok. BLEU | paper PPL "
+        "| paper BLEU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["variants"]:
         iv = row["intervals"]
@@ -647,7 +649,7 @@ def table3_markdown(result: dict) -> str:
         lines.append(
             f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} "
             f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
-            f"| {paper_ppl} | {paper_bleu} |"
+            f"| {cell(iv['tok_bleu'])} | {paper_ppl} | {paper_bleu} |"
         )
     lines += [
         "",
@@ -713,6 +715,7 @@ def concat_table(records: list[dict]) -> dict:
         summary.append(
             {"condition": condition, "variant": variant, "k": k}
             | {"seeds": sorted(r["seed"] for r in group), "lines": group[0]["lines"]}
+            | {"left_out": group[0]["left_out"]}
             | {
                 key: interval([r[key] for r in group])
                 for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
@@ -737,13 +740,14 @@ def concat_markdown(table: dict) -> str:
         "BLEU(k)/BLEU(1), mean ± std over seeds [95% interval]; beam "
         f"{table['beam']}, alpha {table['lenpen']}, last checkpoint.",
         "",
-        "| condition | variant | k | lines | seeds | BLEU | chrF | BP | length ratio "
+        "| condition | variant | k | lines (left out) | seeds | BLEU | chrF | BP | length ratio "
         "| BLEU(k)/BLEU(1) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table["summary"]:
         lines.append(
-            f"| {row['condition']} | {row['variant']} | {row['k']} | {row['lines']} "
+            f"| {row['condition']} | {row['variant']} | {row['k']} "
+            f"| {row['lines']} ({row['left_out']}) "
             f"| {', '.join(map(str, row['seeds']))} | {cell(row['bleu'])} | {cell(row['chrf'])} "
             f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
             f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
@@ -847,25 +851,30 @@ def plot_bleu_vs_k(table: dict, path: Path) -> None:
 
 
 def plot_bucket_ratio(table: dict, path: Path) -> None:
-    """Short-trained BLEU / control BLEU per source-length bucket, one line per variant."""
+    """Short-trained BLEU / control BLEU per source-length bucket (with its sentences)."""
     from evaluation.plots import pyplot
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
+    position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
+    fig, ax = plt.subplots(figsize=(7, 4))
     for i, variant in enumerate(sorted({r["variant"] for r in table["rows"]})):
         rows = [r for r in table["rows"] if r["variant"] == variant and r["ratio"] is not None]
         ax.plot(
-            [(r["low"] + r["high"]) / 2 for r in rows],
+            [position[r["bucket"]] for r in rows],
             [r["ratio"] for r in rows],
             marker="o",
             color=f"C{i}",
             label=variant,
         )
     ax.axhline(1.0, color="grey", linewidth=1)
-    if table["max_words"]:
-        ax.axvline(table["max_words"] + 0.5, color="black", linestyle="--", linewidth=1)
-    ax.set_xlabel(f"source length (words; buckets of {table['bucket_width']})")
-    ax.set_ylabel("BLEU ratio: trained on short / on all lengths")
+    seen = [x for x, (_, _, _, beyond) in enumerate(buckets) if not beyond]
+    if seen:
+        ax.axvline(max(seen) + 0.5, color="black", linestyle="--", linewidth=1)
+    labels = [f"{name}{'*' if beyond else ''}\n{n}" for _, name, n, beyond in buckets]
+    ax.set_xticks(range(len(buckets)), labels, fontsize=7)
+    ax.set_xlabel("source words (* beyond the short runs' lengths); sentences below")
+    ax.set_ylabel("BLEU: trained on short / on all lengths")
     ax.set_title(f"Trained on <= {table['max_words']} words, relative to the control")
     ax.legend(fontsize=7)
     fig.tight_layout()
