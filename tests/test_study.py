@@ -273,3 +273,36 @@ def test_two_runs_at_a_time_each_in_its_own_process(study, tmp_path):
         out = (tmp_path / "short" / variant / "seed-2" / "study.out").read_text()
         assert f"short/{variant}/seed-2: test sacreBLEU" in out  # the run's own process said it
     assert lines[-1] == "study: 2 of 2 runs trained and scored"
+
+
+def test_ratios_per_seed_and_per_bucket():
+    """BLEU(k)/BLEU(1) is taken per seed before summarizing; short/control per bucket."""
+    from evaluation.study import bucket_table, concat_table
+
+    def record(condition, seed, bleus, buckets):
+        concat = [
+            {"split": POOLED, "k": k, "bleu": b, "chrf": b, "bp": 1.0, "length_ratio": 1.0}
+            | {"unigram_precision": 50.0, "lines": 100 // k, "left_out": 100 % k}
+            for k, b in zip(KS, bleus, strict=True)
+        ]
+        rows = [
+            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
+            | {"n": 7, "bleu": b}
+            for low, b in zip((1, 6, 11), buckets, strict=True)
+        ]
+        head = {"condition": condition, "variant": "rope", "seed": seed, "step": 5}
+        return head | {"concat": concat, "by_bucket": rows, "max_words": 10}
+
+    records = [
+        record("all", 1, [40, 20, 10, 8], [40, 30, 20]),
+        record("all", 2, [20, 20, 20, 20], [40, 30, 10]),
+        record("short", 1, [30, 15, 9, 6], [40, 15, 5]),
+    ]
+    concat = concat_table(records)
+    k2 = next(r for r in concat["summary"] if r["condition"] == "all" and r["k"] == 2)
+    assert k2["bleu_ratio_to_k1"]["mean"] == pytest.approx((20 / 40 + 20 / 20) / 2)
+    assert k2["bleu"]["mean"] == 20 and k2["lines"] == 50 and k2["left_out"] == 0
+    buckets = {r["bucket"]: r for r in bucket_table(records)["rows"]}
+    assert buckets["11-15"]["ratio"] == pytest.approx(5 / 15, abs=1e-4)  # short / control means
+    assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
+    assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
