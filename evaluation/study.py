@@ -204,7 +204,8 @@ def train_job(job: Job, overrides: Sequence[str], say) -> dict:
     checkpoints = job.run_dir / "checkpoints"
     resuming = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
     say(f"  {job.label}: {'resuming' if resuming else 'training'} in {job.run_dir}")
-    say(f"  command: python train.py {' '.join(train_overrides(job, overrides))}")
+    by_hand = [o.replace("run_dir=", "hydra.run.dir=", 1) for o in train_overrides(job, overrides)]
+    say(f"  the same run by hand: python train.py {' '.join(by_hand)}")
     start = time.monotonic()
     max_words = condition_max_words(job.condition, overrides)
     metrics = train_run(job.run_dir, train_overrides(job, overrides), max_words, echo=say)

@@ -109,7 +109,10 @@ def test_runs_train_to_the_budget_and_score_once(study):
         assert record["precision"] == "fp32"
     short = json.loads((root / "short/sinusoidal/seed-1/data.json").read_text())
     assert short["train_cleaning"]["over_max_words"] > 0
-    assert any("python train.py experiment=pe_study_multi30k " in line for line in lines)
+    by_hand = (
+        f"python train.py experiment=pe_study_multi30k position=learned seed=1 hydra.run.dir={root}"
+    )
+    assert any(by_hand in line for line in lines)
 
 
 def check_concatenation(record: dict, run_dir) -> None:
