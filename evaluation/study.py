@@ -21,7 +21,6 @@ into the tables, JSON and plots of ``results/<study>/`` (README "The study").
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -37,10 +36,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from data.concatenation import join_consecutive_lines, leftover_lines
 from data.errors import UserError
-from data.files import write_json, write_text
+from data.files import read_json, write_json, write_text
+from evaluation.configs import compose_config
+from evaluation.extrapolation import StudyError, position_variants
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = ROOT / "configs"
 # condition -> experiment config (configs/experiment/<name>.yaml)
 CONDITIONS = {
     "all": "pe_study_multi30k",
@@ -65,10 +65,6 @@ STUDY_FILE = "study.json"
 POOLED = "+".join(CONCAT_SPLITS)  # test + validation scored together
 
 
-class StudyError(UserError):
-    """A problem with the study's arguments, run folders or records, stated in one line."""
-
-
 @dataclass(frozen=True)
 class Job:
     """One training run of the study."""
@@ -81,19 +77,6 @@ class Job:
     @property
     def label(self) -> str:
         return f"{self.condition}/{self.variant}/seed-{self.seed}"
-
-
-def position_variants() -> list[str]:
-    """The position variants of configs/position/*.yaml, by name."""
-    return sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
-
-
-def compose_config(overrides: Sequence[str], config_name: str = "train") -> DictConfig:
-    """The config `python <config_name>.py <overrides>` would see."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
-        return compose(config_name, overrides=list(overrides))
 
 
 def run_dir_of(root: Path, condition: str, variant: str, seed: int) -> Path:
@@ -139,17 +122,6 @@ def planned_jobs(
                     run_dir = run_dir_of(root, condition, variant, int(seed))
                     jobs.append(Job(condition, variant, int(seed), run_dir))
     return jobs
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object from a file, or a one-line StudyError naming it."""
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise StudyError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from e
-    if not isinstance(obj, dict):
-        raise StudyError(f"{path} does not hold a JSON object")
-    return obj
 
 
 def field(record: dict, key: str, path: Path):
