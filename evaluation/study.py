@@ -4,9 +4,10 @@ Three training conditions on Multi30k, one fixed step budget (configs/experiment
 ``all`` (every training length: Table 3 (E) extended, and the control), ``joined`` (about half
 of the training lines join 2-4 consecutive pairs, Variš & Bojar 2021) and ``short`` (sources of
 at most L = 10 words). ``run_study`` trains each (condition, variant, seed) into
-``<root>/<condition>/<variant>/seed-<s>/`` with ``train.py`` (one process and one thread a run;
-a second call resumes unfinished runs and skips finished ones), then scores each finished run
-once with ``evaluate.py`` (beam 4, alpha 0.6, last checkpoint, the run's precision):
+``<root>/<condition>/<variant>/seed-<s>/`` with train.py's ``train`` (one thread a run, in this
+process or, N at a time, one process each; a second call resumes unfinished runs and skips
+finished ones), then scores each finished run once with evaluate.py's ``evaluate`` (beam 4,
+alpha 0.6, last checkpoint, the precision the run trained in):
 
 - ``test-last-beam4``: test_2016_flickr, the Table 3 evaluation (sacreBLEU, chrF, tok. BLEU);
 - ``concat-<split>-k<k>``: the concatenation test, test and validation lines joined k = 1..4
@@ -176,7 +177,10 @@ def train_job(job: Job, overrides: Sequence[str], say) -> dict:
     checkpoints = job.run_dir / "checkpoints"
     resuming = checkpoints.is_dir() and any(checkpoints.glob("*.pt"))
     say(f"  {job.label}: {'resuming' if resuming else 'training'} in {job.run_dir}")
-    by_hand = [o.replace("run_dir=", "hydra.run.dir=", 1) for o in train_overrides(job, overrides)]
+    by_hand = [
+        "hydra.run.dir=" + o.removeprefix("run_dir=") if o.startswith("run_dir=") else o
+        for o in train_overrides(job, overrides)
+    ]
     say(f"  the same run by hand: python train.py {' '.join(by_hand)}")
     start = time.monotonic()
     max_words = condition_max_words(job.condition, overrides)
