@@ -296,9 +296,15 @@ class RotaryPositionEncoding(PositionEncoding):
         self.factor = float(self.factor)
 
     def apply_inference_settings(self, **settings) -> None:
-        """Set scaling and/or factor, checked as the constructor checks them."""
+        """Set scaling and/or factor, checked as the constructor checks them (all or none)."""
+        before = self.inference_state()
         super().apply_inference_settings(**settings)
-        self._check_scaling()
+        try:
+            self._check_scaling()
+        except PositionSettingError:
+            for key, value in before.items():
+                setattr(self, key, value)
+            raise
 
     def _rotate_one(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         base = self.base
