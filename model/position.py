@@ -166,12 +166,48 @@ def shifted(positions: torch.Tensor, batch: int, max_shift: int, training: bool)
     return positions[None, :] + offsets  # [B, T]
 
 
-class SinusoidalPositionEncoding(PositionEncoding):
-    """Fixed sinusoids added at the bottom of each stack (§3.5); no parameters, no length cap.
+def check_max_shift(max_shift: int) -> int:
+    """SHAPE's K, checked: 1 or more."""
+    if max_shift < 1:
+        raise PositionSettingError(
+            f"position.max_shift={max_shift}: pass 1 or more (or the unshifted variant)"
+        )
+    return max_shift
 
-    ``max_shift`` K > 0 is SHAPE (Kiyono et al. 2021, ``position=sinusoidal_shape``): during
-    training every position of a sequence moves by one random k in 0..K (source and target
-    sequences draw their own k), at evaluation by 0.
+
+class SinusoidalPositionEncoding(PositionEncoding):
+    """Fixed sinusoids added at the bottom of each stack (§3.5); no parameters, no length cap."""
+
+    max_shift = 0  # SHAPE's K (SinusoidalShapePositionEncoding); 0 = positions as they are
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        max_positions: int,
+        n_layers: int = 1,
+        causal: bool = False,
+        base: float = 10000.0,
+    ):
+        super().__init__(d_model, n_heads, max_positions, n_layers, causal)
+        if d_model % 2:
+            raise ValueError(
+                f"position=sinusoidal needs an even model.d_model, got {d_model}: "
+                "use an even d_model or another position variant"
+            )
+        self.base = base
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Add float32 sinusoids (float32 even under bf16 autocast)."""
+        positions = shifted(positions, x.size(0), self.max_shift, self.training)  # [T] or [B, T]
+        return x + sinusoidal_encoding(positions, self.d_model, self.base)  # [B, T, d_model]
+
+
+class SinusoidalShapePositionEncoding(SinusoidalPositionEncoding):
+    """SHAPE (Kiyono et al. 2021) on the §3.5 sinusoids: shifted positions while training.
+
+    Every position of a training sequence moves by one random k in 0..max_shift (source and
+    target sequences draw their own k); at evaluation by 0 (see ``shifted``).
     """
 
     def __init__(
@@ -182,23 +218,10 @@ class SinusoidalPositionEncoding(PositionEncoding):
         n_layers: int = 1,
         causal: bool = False,
         base: float = 10000.0,
-        max_shift: int = 0,
+        max_shift: int = 100,
     ):
-        super().__init__(d_model, n_heads, max_positions, n_layers, causal)
-        if d_model % 2:
-            raise ValueError(
-                f"position=sinusoidal needs an even model.d_model, got {d_model}: "
-                "use an even d_model or another position variant"
-            )
-        if max_shift < 0:
-            raise PositionSettingError(f"position.max_shift={max_shift}: pass 0 (off) or more")
-        self.base = base
-        self.max_shift = max_shift
-
-    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Add float32 sinusoids (float32 even under bf16 autocast)."""
-        positions = shifted(positions, x.size(0), self.max_shift, self.training)  # [T] or [B, T]
-        return x + sinusoidal_encoding(positions, self.d_model, self.base)  # [B, T, d_model]
+        super().__init__(d_model, n_heads, max_positions, n_layers, causal, base)
+        self.max_shift = check_max_shift(max_shift)
 
 
 class LearnedPositionEncoding(PositionEncoding):
@@ -207,9 +230,43 @@ class LearnedPositionEncoding(PositionEncoding):
     The paper gives neither the table size nor the initialization; as fairseq, we use
     ``max_positions`` rows (default 1024, ``model.max_positions``) initialized N(0, d_model^-0.5).
     A position past the table is an error, never an index error nor silent clipping.
-    ``max_shift`` K > 0 is SHAPE (``position=learned_shape``): training shifts positions by
-    k in 0..K as in ``SinusoidalPositionEncoding``, so the table holds max_positions + K rows;
-    evaluation still encodes max_positions positions (from 0).
+    """
+
+    max_shift = 0  # SHAPE's K (LearnedShapePositionEncoding); 0 = positions as they are
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        max_positions: int,
+        n_layers: int = 1,
+        causal: bool = False,
+    ):
+        super().__init__(d_model, n_heads, max_positions, n_layers, causal)
+        self.table = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
+
+    def check_length(self, num_positions: int) -> None:
+        """Refuse sequences whose last position is past the table."""
+        if num_positions > self.max_positions:
+            raise PositionRangeError(
+                f"position {num_positions - 1} is past the learned position table "
+                f"(model.max_positions={self.max_positions}): raise model.max_positions "
+                "or use a variant without a length cap "
+                "(position=sinusoidal, rope, alibi, relative, t5)"
+            )
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Add the table rows of positions [T] (shifted per sequence while training)."""
+        positions = shifted(positions, x.size(0), self.max_shift, self.training)  # [T] or [B, T]
+        return x + self.table[positions]  # [B, T, d_model]
+
+
+class LearnedShapePositionEncoding(LearnedPositionEncoding):
+    """SHAPE (Kiyono et al. 2021) on the learned table: shifted positions while training.
+
+    Training shifts a sequence's positions by k in 0..max_shift (see ``shifted``), so the table
+    holds max_positions + max_shift rows; evaluation still encodes max_positions positions
+    (from 0), the same cap as the unshifted table.
     """
 
     def __init__(
@@ -219,28 +276,12 @@ class LearnedPositionEncoding(PositionEncoding):
         max_positions: int,
         n_layers: int = 1,
         causal: bool = False,
-        max_shift: int = 0,
+        max_shift: int = 100,
     ):
         super().__init__(d_model, n_heads, max_positions, n_layers, causal)
-        if max_shift < 0:
-            raise PositionSettingError(f"position.max_shift={max_shift}: pass 0 (off) or more")
-        self.max_shift = max_shift
-        rows = max_positions + max_shift
+        self.max_shift = check_max_shift(max_shift)
+        rows = max_positions + max_shift  # the longest trained sequence at the largest shift
         self.table = nn.Parameter(torch.randn(rows, d_model) * d_model**-0.5)
-
-    def check_length(self, num_positions: int) -> None:
-        """Refuse sequences whose last position is past the table."""
-        if num_positions > self.max_positions:
-            raise PositionRangeError(
-                f"position {num_positions - 1} is past the learned position table "
-                f"(model.max_positions={self.max_positions}): raise model.max_positions "
-                "or use another position variant (position=sinusoidal, rope, alibi)"
-            )
-
-    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Add the table rows of positions [T] (shifted per sequence while training)."""
-        positions = shifted(positions, x.size(0), self.max_shift, self.training)  # [T] or [B, T]
-        return x + self.table[positions]  # [B, T, d_model]
 
 
 ROPE_SCALINGS = (None, "linear", "ntk")
@@ -459,7 +500,7 @@ def t5_buckets(
     return buckets + torch.where(distance < max_exact, distance, far)
 
 
-class T5PositionBias(PositionEncoding):
+class T5PositionEncoding(PositionEncoding):
     """T5's relative attention bias (Raffel et al. 2020): a learned scalar per head and bucket.
 
     32 log-spaced buckets up to distance 128 by default, bidirectional in the encoder, causal in

@@ -264,3 +264,11 @@ def test_inference_settings_are_checked_and_refused_one_line():
         build("relative").apply_inference_settings(max_distance=32)
     with pytest.raises(ValueError, match="scaling=yarn"):  # the YAML is checked the same way
         build("rope", scaling="yarn")
+
+
+def test_each_yaml_names_its_own_class():
+    """Runs record their position class: two YAML files on one class would mix in comparisons."""
+    from tests.conftest import POSITION_CONFIGS
+
+    targets = [OmegaConf.load(path)._target_ for path in POSITION_CONFIGS]
+    assert len(set(targets)) == len(targets)
