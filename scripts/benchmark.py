@@ -1047,8 +1047,34 @@ def run_decode(args: argparse.Namespace) -> dict:
     return fig
 
 
+def run_variant_cost(args: argparse.Namespace) -> dict:
+    """`train --variants`: each position variant's step time relative to sinusoidal."""
+    from evaluation.variant_cost import variant_cost_rows, variant_step_times
+
+    fig = variant_step_times(
+        args.model,
+        args.variants,
+        args.batch_size,
+        args.length,
+        args.vocab_size,
+        args.repeats,
+        args.threads,
+    )
+    print(
+        f"\nposition variants, training step (forward, backward, Adam), fp32, torch "
+        f"{fig['torch_version']}, {fig['num_threads']} threads, {fig['batch_size']} sentences x "
+        f"{fig['length']} tokens per side, vocab {fig['vocab_size']}, median of {fig['repeats']} "
+        "interleaved steps"
+    )
+    headers = ("model", "position", "step s", "range", "vs sinusoidal", "parameters added")
+    print(format_table(headers, variant_cost_rows(fig), align="llrrrr"))
+    return fig
+
+
 def run_train(args: argparse.Namespace) -> dict:
     """Run the training benchmark from parsed arguments and print its table."""
+    if args.variants is not None:
+        return run_variant_cost(args)
     fig = benchmark_train(
         args.model,
         args.vs,
@@ -1135,6 +1161,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     train.add_argument("--repeats", type=int, default=5, help="timed steps after one warm-up")
     train.add_argument("--device", default="cpu", help="cpu or cuda")
     train.add_argument("--threads", type=int, default=None, help="torch threads (default all)")
+    train.add_argument(
+        "--variants",
+        nargs="*",
+        default=None,
+        help="time position variants relative to sinusoidal instead (none named: all of "
+        "configs/position; CPU, fp32; default batch 32 sentences)",
+    )
     train.set_defaults(run=run_train)
 
     args = parser.parse_args(argv)
@@ -1145,6 +1178,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             parser.error(f"--device {args.device}: pass cpu or cuda")
         if args.device == "cuda" and not torch.cuda.is_available():
             parser.error("--device cuda: torch sees no CUDA device here; run it on a GPU machine")
+        if args.variants is not None and args.device != "cpu":
+            parser.error("--variants times CPU steps only: drop --device")
+        if args.batch_size is None and args.variants is not None:
+            args.batch_size = 32
         if args.batch_size is None:
             args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
     return args.run(args)

@@ -1,0 +1,144 @@
+"""What each position variant costs: its training step time relative to sinusoidal (§3.5).
+
+Every variant of ``configs/position/`` trains the same model on the same random batch; the steps
+are interleaved (sinusoidal, learned, ..., then again) so a machine that slows down or is shared
+slows all of them alike, and each variant's median step is divided by sinusoidal's.
+"""
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from omegaconf import OmegaConf
+
+from model.loss import forward_backward
+from model.transformer import build_model, count_parameters
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+BASELINE = "sinusoidal"
+
+
+def position_variants() -> list[str]:
+    """The names of configs/position/*.yaml, sinusoidal first."""
+    names = sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
+    return sorted(names, key=lambda name: name != BASELINE)
+
+
+def variant_steps(
+    model_name: str,
+    variants: Sequence[str],
+    batch_size: int,
+    length: int,
+    vocab_size: int,
+    bf16: bool,
+    **dims,
+) -> dict[str, tuple[Callable[[], None], int]]:
+    """Variant -> (one training step: forward, backward, Adam; its parameter count)."""
+    model_cfg = OmegaConf.merge(
+        OmegaConf.load(CONFIG_DIR / "model" / f"{model_name}.yaml"),
+        {k: v for k, v in dims.items() if v is not None},
+    )
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (batch_size, length), generator=generator)  # [B, S]
+    tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)
+    batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}  # [B, T] each
+    steps = {}
+    for name in variants:
+        torch.manual_seed(0)
+        position = OmegaConf.load(CONFIG_DIR / "position" / f"{name}.yaml")
+        model = build_model(model_cfg, position, vocab_size).train()
+        adam = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+        def step(model=model, adam=adam) -> None:
+            forward_backward(model, batch, 0.1, 1 / batch["tgt_out"].numel(), bf16)
+            adam.step()
+            adam.zero_grad(set_to_none=True)
+
+        steps[name] = (step, count_parameters(model))
+    return steps
+
+
+def variant_step_times(
+    model_names: Sequence[str] = ("small", "base"),
+    variants: Sequence[str] | None = None,
+    batch_size: int = 32,
+    length: int = 32,
+    vocab_size: int = 8000,
+    repeats: int = 3,
+    num_threads: int | None = None,
+    bf16: bool = False,
+    echo: Callable[[str], None] = print,
+    **dims,
+) -> dict:
+    """Median training-step seconds per variant and model size, and the ratio to sinusoidal.
+
+    One warm-up step per variant, then `repeats` rounds of one step each, interleaved.
+    """
+    if repeats < 1 or batch_size < 1 or length < 1:
+        raise ValueError("need repeats >= 1, batch_size >= 1 and length >= 1")
+    known = position_variants()
+    variants = list(variants or known)
+    unknown = [name for name in variants if name not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
+        )
+    if BASELINE not in variants:
+        variants.insert(0, BASELINE)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    fig = {
+        "batch_size": batch_size,
+        "length": length,
+        "vocab_size": vocab_size,
+        "repeats": repeats,
+        "precision": "bf16" if bf16 else "fp32",
+        "num_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "models": {},
+    }
+    for model_name in model_names:
+        steps = variant_steps(model_name, variants, batch_size, length, vocab_size, bf16, **dims)
+        seconds: dict[str, list[float]] = {name: [] for name in steps}
+        for run in range(repeats + 1):
+            for name, (step, _) in steps.items():
+                start = time.perf_counter()
+                step()
+                elapsed = time.perf_counter() - start
+                what = "warm-up" if run == 0 else f"step {run}/{repeats}"
+                echo(f"{model_name} {name:>16} {what}: {elapsed:.3f} s")
+                if run:
+                    seconds[name].append(elapsed)
+        baseline = statistics.median(seconds[BASELINE])
+        fig["models"][model_name] = {
+            name: {
+                "seconds": statistics.median(times),
+                "min_s": min(times),
+                "max_s": max(times),
+                "ratio": statistics.median(times) / baseline,
+                "parameters": steps[name][1],
+                "added_parameters": steps[name][1] - steps[BASELINE][1],
+            }
+            for name, times in seconds.items()
+        }
+    return fig
+
+
+def variant_cost_rows(fig: dict) -> list[tuple[str, ...]]:
+    """Table rows: model, variant, median step, range, ratio to sinusoidal, parameters added."""
+    rows = []
+    for model_name, entry in fig["models"].items():
+        for name, figures in entry.items():
+            rows.append(
+                (
+                    model_name,
+                    name,
+                    f"{figures['seconds']:.3f}",
+                    f"{figures['min_s']:.3f}-{figures['max_s']:.3f}",
+                    f"{figures['ratio']:.2f}x",
+                    f"{figures['added_parameters']:+,}",
+                )
+            )
+    return rows
