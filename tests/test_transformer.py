@@ -7,7 +7,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from model.position import PositionRangeError
-from model.transformer import MultiHeadAttention, count_parameters, explicit_attention
+from model.transformer import (
+    MultiHeadAttention,
+    build_model,
+    count_parameters,
+    explicit_attention,
+)
 from tests.conftest import CONFIG_DIR, tiny_model
 
 
@@ -243,3 +248,40 @@ def test_rope_settings_apply_to_both_stacks_and_factor_one_changes_nothing():
     model.apply_position_settings({"factor": 4})
     assert model.decoder_position.factor == 4.0
     assert not torch.allclose(model(src, tgt), plain, atol=1e-4)
+
+
+def test_every_variant_builds_and_trains_in_the_quickstart_and_multi30k_experiments(
+    position_yaml,
+):
+    """Each experiment composes with position=<variant>; one step in its own precision.
+
+    multi30k_small and extrapolation_multi30k build the same small model as table3_multi30k
+    (in fp32 / bf16): composing them is enough.
+    """
+    from model.loss import forward_backward
+    from tests.conftest import compose_config
+
+    for experiment in ("multi30k_small", "extrapolation_multi30k"):
+        cfg = compose_config([f"experiment={experiment}", f"position={position_yaml.stem}"])
+        assert cfg.position._target_ == OmegaConf.load(position_yaml)._target_, experiment
+        assert cfg.model.d_model == 256
+    for experiment in ("quickstart", "table3_multi30k"):
+        cfg = compose_config([f"experiment={experiment}", f"position={position_yaml.stem}"])
+        assert cfg.position._target_ == OmegaConf.load(position_yaml)._target_, experiment
+        torch.manual_seed(0)
+        model = build_model(cfg.model, cfg.position, vocab_size=60).train()
+        tgt = torch.randint(4, 60, (2, 7))
+        batch = {"src": torch.randint(4, 60, (2, 6)), "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+        bf16 = cfg.trainer.precision == "bf16"
+        loss = forward_backward(model, batch, cfg.optim.label_smoothing, 1 / 12, bf16)[0]
+        assert torch.isfinite(torch.as_tensor(loss)), experiment
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_bf16_autocast_stays_close_to_float32(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    expected = model(src, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(src, tgt)
+    assert torch.allclose(got.float(), expected, atol=0.1), position_yaml.stem
