@@ -193,7 +193,8 @@ class DecoderLayer(nn.Module):
                 v = torch.cat((cache["self_v"], v), dim=2)
             cache["self_k"], cache["self_v"] = k, v
         is_causal = self_mask is None
-        key_positions = torch.arange(k.size(2), device=y.device)  # [t + T]
+        # the keys end at this step's last query: positions t + T - (t + T) .. t + T - 1
+        key_positions = positions[-1] + 1 - k.size(2) + torch.arange(k.size(2), device=y.device)
         terms = position.attention_terms(index, positions, key_positions)
         y = self.norm1(
             y + self.dropout(self.self_attn.attend(q, k, v, self_mask, is_causal, terms))
@@ -301,7 +302,8 @@ class Transformer(nn.Module):
         length = tgt_in.size(1)
         self.decoder_position.check_length(offset + length)
         positions = torch.arange(offset, offset + length, device=tgt_in.device)  # [T]
-        key_positions = torch.arange(offset + length, device=tgt_in.device)  # [t + T]
+        first_key = 0 if cache is not None else offset  # a cache holds the `offset` earlier keys
+        key_positions = torch.arange(first_key, offset + length, device=tgt_in.device)  # [t + T]
         bias = self.decoder_position.bias(positions, key_positions)
         if bias is None and cache is None:
             self_mask = None  # causal, and right padding never precedes a real token
