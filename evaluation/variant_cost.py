@@ -2,7 +2,11 @@
 
 Every variant of ``configs/position/`` trains the same model on the same random batch; the steps
 are interleaved (sinusoidal, learned, ..., then again) so a machine that slows down or is shared
-slows all of them alike, and each variant's median step is divided by sinusoidal's.
+slows all of them alike, and each variant's median step is divided by sinusoidal's. Each step is
+timed twice: wall-clock seconds, and the CPU seconds this process spent (all its threads). On a
+shared machine the wall clock measures the neighbours as much as the step; the CPU seconds do
+not (run with OMP_WAIT_POLICY=PASSIVE so threads waiting for a core do not spin), so the ratio is
+taken on CPU seconds.
 """
 
 import statistics
@@ -101,33 +105,38 @@ def variant_step_times(
     }
     for model_name in model_names:
         steps = variant_steps(model_name, variants, batch_size, length, vocab_size, bf16, **dims)
-        seconds: dict[str, list[float]] = {name: [] for name in steps}
+        cpu: dict[str, list[float]] = {name: [] for name in steps}
+        wall: dict[str, list[float]] = {name: [] for name in steps}
         for run in range(repeats + 1):
             for name, (step, _) in steps.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 step()
+                elapsed_cpu = time.process_time() - start_cpu
                 elapsed = time.perf_counter() - start
                 what = "warm-up" if run == 0 else f"step {run}/{repeats}"
-                echo(f"{model_name} {name:>16} {what}: {elapsed:.3f} s")
+                echo(f"{model_name} {name:>16} {what}: {elapsed_cpu:.3f} CPU s, {elapsed:.3f} s")
                 if run:
-                    seconds[name].append(elapsed)
-        baseline = statistics.median(seconds[BASELINE])
+                    cpu[name].append(elapsed_cpu)
+                    wall[name].append(elapsed)
+        baseline = statistics.median(cpu[BASELINE])
         fig["models"][model_name] = {
             name: {
-                "seconds": statistics.median(times),
-                "min_s": min(times),
-                "max_s": max(times),
-                "ratio": statistics.median(times) / baseline,
+                "cpu_seconds": statistics.median(cpu[name]),
+                "min_cpu_s": min(cpu[name]),
+                "max_cpu_s": max(cpu[name]),
+                "ratio": statistics.median(cpu[name]) / baseline,
+                "wall_seconds": statistics.median(wall[name]),
+                "wall_ratio": statistics.median(wall[name]) / statistics.median(wall[BASELINE]),
                 "parameters": steps[name][1],
                 "added_parameters": steps[name][1] - steps[BASELINE][1],
             }
-            for name, times in seconds.items()
+            for name in steps
         }
     return fig
 
 
 def variant_cost_rows(fig: dict) -> list[tuple[str, ...]]:
-    """Table rows: model, variant, median step, range, ratio to sinusoidal, parameters added."""
+    """Rows: model, variant, CPU s (median, range), ratio, wall s and ratio, parameters added."""
     rows = []
     for model_name, entry in fig["models"].items():
         for name, figures in entry.items():
@@ -135,9 +144,11 @@ def variant_cost_rows(fig: dict) -> list[tuple[str, ...]]:
                 (
                     model_name,
                     name,
-                    f"{figures['seconds']:.3f}",
-                    f"{figures['min_s']:.3f}-{figures['max_s']:.3f}",
+                    f"{figures['cpu_seconds']:.3f}",
+                    f"{figures['min_cpu_s']:.3f}-{figures['max_cpu_s']:.3f}",
                     f"{figures['ratio']:.2f}x",
+                    f"{figures['wall_seconds']:.3f}",
+                    f"{figures['wall_ratio']:.2f}x",
                     f"{figures['added_parameters']:+,}",
                 )
             )

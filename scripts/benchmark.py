@@ -1068,8 +1068,17 @@ def run_variant_cost(args: argparse.Namespace) -> dict:
         f"{fig['length']} tokens per side, vocab {fig['vocab_size']}, median of {fig['repeats']} "
         "interleaved steps"
     )
-    headers = ("model", "position", "step s", "range", "vs sinusoidal", "parameters added")
-    print(format_table(headers, variant_cost_rows(fig), align="llrrrr"))
+    headers = (
+        "model",
+        "position",
+        "CPU s",
+        "range",
+        "vs sinusoidal (CPU)",
+        "wall s",
+        "vs sinusoidal (wall)",
+        "parameters added",
+    )
+    print(format_table(headers, variant_cost_rows(fig), align="llrrrrrr"))
     return fig
 
 

@@ -25,10 +25,11 @@ def test_every_variant_is_timed_against_sinusoidal():
     assert set(entry) == {p.stem for p in POSITION_CONFIGS}
     assert entry["sinusoidal"]["ratio"] == 1.0
     for figures in entry.values():
-        assert 0 < figures["min_s"] <= figures["seconds"] <= figures["max_s"]
-        assert figures["ratio"] == pytest.approx(
-            figures["seconds"] / entry["sinusoidal"]["seconds"]
-        )
+        assert 0 < figures["min_cpu_s"] <= figures["cpu_seconds"] <= figures["max_cpu_s"]
+        baseline = entry["sinusoidal"]
+        assert figures["ratio"] == pytest.approx(figures["cpu_seconds"] / baseline["cpu_seconds"])
+        wall_ratio = figures["wall_seconds"] / baseline["wall_seconds"]
+        assert figures["wall_ratio"] == pytest.approx(wall_ratio)
     d_head, k, layers = 8, 16, 2  # tiny.yaml: 2 + 2 layers
     relative = layers * 2 * (2 * k + 1) * d_head + layers * 2 * (k + 1) * d_head
     assert entry["relative"]["added_parameters"] == relative
