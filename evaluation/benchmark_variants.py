@@ -1,5 +1,8 @@
 """What each position variant costs: its training step time relative to sinusoidal (§3.5).
 
+The step is ``model.training.train_step``, the update train.py runs (forward, label-smoothed
+loss, backward, clipping, Adam and schedule step).
+
 Every variant of ``configs/position/`` trains the same model on the same random batch; the steps
 are interleaved (sinusoidal, learned, ..., then again) so a machine that slows down or is shared
 slows all of them alike, and each variant's median step is divided by sinusoidal's. Each step is
@@ -17,7 +20,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from model.loss import forward_backward
+from data.errors import UserError
+from model.optim import noam_adam
+from model.training import train_step
 from model.transformer import build_model, count_parameters
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -39,7 +44,8 @@ def variant_steps(
     bf16: bool,
     **dims,
 ) -> dict[str, tuple[Callable[[], None], int]]:
-    """Variant -> (one training step: forward, backward, Adam; its parameter count)."""
+    """Variant -> (train.py's update on one batch, its model's parameter count)."""
+    optim = OmegaConf.load(CONFIG_DIR / "optim" / "noam.yaml")
     model_cfg = OmegaConf.merge(
         OmegaConf.load(CONFIG_DIR / "model" / f"{model_name}.yaml"),
         {k: v for k, v in dims.items() if v is not None},
@@ -53,12 +59,18 @@ def variant_steps(
         torch.manual_seed(0)
         position = OmegaConf.load(CONFIG_DIR / "position" / f"{name}.yaml")
         model = build_model(model_cfg, position, vocab_size).train()
-        adam = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        # what train.py builds: fused Adam (float32 master weights) with the §5.3 schedule
+        adam, schedule = noam_adam(
+            model.parameters(),
+            model_cfg.d_model,
+            optim.betas,
+            optim.eps,
+            optim.warmup,
+            optim.lr_scale,
+        )
 
-        def step(model=model, adam=adam) -> None:
-            forward_backward(model, batch, 0.1, 1 / batch["tgt_out"].numel(), bf16)
-            adam.step()
-            adam.zero_grad(set_to_none=True)
+        def step(model=model, adam=adam, schedule=schedule) -> None:
+            train_step(model, adam, schedule, [batch], optim.label_smoothing, optim.clip_norm, bf16)
 
         steps[name] = (step, count_parameters(model))
     return steps
@@ -81,12 +93,12 @@ def variant_step_times(
     One warm-up step per variant, then `repeats` rounds of one step each, interleaved.
     """
     if repeats < 1 or batch_size < 1 or length < 1:
-        raise ValueError("need repeats >= 1, batch_size >= 1 and length >= 1")
+        raise UserError("need repeats >= 1, batch_size >= 1 and length >= 1")
     known = position_variants()
     variants = list(variants or known)
     unknown = [name for name in variants if name not in known]
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
         )
     if BASELINE not in variants:

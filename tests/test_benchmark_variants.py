@@ -1,10 +1,14 @@
-"""evaluation/variant_cost.py: every variant timed against sinusoidal; the command line."""
+"""evaluation/benchmark_variants.py: every variant timed against sinusoidal; the command line."""
 
 import pytest
 
-from evaluation.variant_cost import position_variants, variant_cost_rows, variant_step_times
-from scripts.benchmark import main
-from tests.conftest import POSITION_CONFIGS
+from data.errors import UserError
+from evaluation.benchmark_variants import (
+    position_variants,
+    variant_cost_rows,
+    variant_step_times,
+)
+from tests.conftest import POSITION_CONFIGS, script_main
 
 TINY_DIMS = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64}
 
@@ -41,13 +45,15 @@ def test_every_variant_is_timed_against_sinusoidal():
 
 
 def test_unknown_variant_is_refused():
-    with pytest.raises(ValueError, match="unknown position variant"):
+    with pytest.raises(UserError, match="unknown position variant"):
         variant_step_times(("tiny",), ["nope"], echo=lambda message: None)
 
 
 def test_the_command_line_prints_the_ratios(capsys):
     argv = ["train", "--model", "tiny", "--variants", "relative", "--batch-size", "2"]
-    fig = main([*argv, "--length", "4", "--vocab-size", "50", "--repeats", "1", "--threads", "1"])
+    fig = script_main("benchmark")(
+        [*argv, "--length", "4", "--vocab-size", "50", "--repeats", "1", "--threads", "1"]
+    )
     assert set(fig["models"]["tiny"]) == {"sinusoidal", "relative"}
     out = capsys.readouterr().out
     assert "vs sinusoidal" in out and "relative" in out and "1.00x" in out
