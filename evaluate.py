@@ -59,6 +59,13 @@ def check_options(cfg: DictConfig) -> None:
         raise UserError(f"name={cfg.name}: pass a plain file name (no directories)")
 
 
+def apply_position_override(model, cfg: DictConfig) -> dict:
+    """Apply position_override's non-null inference-only settings; {} when none are given."""
+    settings = OmegaConf.to_container(cfg.get("position_override") or {}, resolve=True)
+    settings = {key: value for key, value in settings.items() if value is not None}
+    return model.apply_position_settings(settings) if settings else {}
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Translate a split (or files) with a run's checkpoint; write and return the scores.
 
@@ -72,6 +79,7 @@ def evaluate(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
     model, tokenizer = rebuild_model(state, device)
+    position_override = apply_position_override(model, cfg)
     if cfg.src_file:
         name = cfg.name or Path(cfg.src_file).stem
     else:
@@ -100,6 +108,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "lenpen": cfg.lenpen,
         "max_len_b": cfg.max_len_b,
         "precision": "bf16" if bf16 else "fp32",
+        "position_override": position_override,
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "skipped": skipped,
@@ -132,6 +141,7 @@ def translate_stdin(cfg: DictConfig) -> None:
     check_options(cfg)
     device = resolve_device(cfg.device)
     model, tokenizer = rebuild_model(load_run(Path(cfg.run_dir), str(cfg.checkpoint))[0], device)
+    apply_position_override(model, cfg)
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     kept, _ = fitting_lines(model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin")
     out = [""] * len(lines)

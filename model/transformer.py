@@ -6,7 +6,9 @@ As the paper (section numbers are its own): post-LN sub-layers LayerNorm(x + Dro
 embedding matrix shared by the source and target embeddings and the pre-softmax projection,
 embeddings multiplied by sqrt(d_model) (§3.4); dropout on every sub-layer output and on the
 embedding + position sums (§5.4). Position information comes from a ``PositionEncoding``
-(model/position.py) built once per stack.
+(model/position.py) built once per stack; its hooks are called in every layer whatever the
+variant, and a self-attention layer leaves the fused kernel only where the variant returns
+``AttentionTerms`` for it.
 
 Choices the paper leaves open: LayerNorm eps 1e-6 (tensor2tensor); no bias on the shared output
 projection; biases on the q/k/v and output projections of attention (the paper's formulas
@@ -24,7 +26,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from data.errors import UserError
-from model.position import PositionEncoding
+from model.position import AttentionTerms, PositionEncoding
 
 LayerCache = dict[str, torch.Tensor]
 
@@ -42,20 +44,28 @@ def explicit_attention(
     v: torch.Tensor,
     mask: torch.Tensor | None,
     is_causal: bool,
+    terms: AttentionTerms | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(d_head) + mask) v [B, H, Tq, d_head], the softmax in float32.
 
     The same result as ``F.scaled_dot_product_attention``; used for bf16 on CPU, where two
-    batched matmuls run 2x faster (forward + backward) than its fused bf16 and fp32 kernels.
+    batched matmuls run 2x faster (forward + backward) than its fused bf16 and fp32 kernels,
+    and wherever a position variant adds terms to the logits or the output (``terms``).
     """
     scores = (q @ k.transpose(-1, -2)).float() * q.size(-1) ** -0.5  # [B, H, Tq, Tk]
+    extra_scores = terms.scores(q) if terms is not None else None
+    if extra_scores is not None:
+        scores = scores + extra_scores.float()
     if is_causal:
         mask = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
     if mask is not None:
         scores = (
             scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         )
-    return scores.softmax(dim=-1).to(v.dtype) @ v
+    weights = scores.softmax(dim=-1)  # [B, H, Tq, Tk] float32
+    out = weights.to(v.dtype) @ v  # [B, H, Tq, d_head]
+    extra_values = terms.values(weights) if terms is not None else None
+    return out if extra_values is None else out + extra_values.to(out.dtype)
 
 
 class MultiHeadAttention(nn.Module):
@@ -92,10 +102,14 @@ class MultiHeadAttention(nn.Module):
         v: torch.Tensor,
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
+        terms: AttentionTerms | None = None,
     ) -> torch.Tensor:
-        """softmax(q k^T / sqrt(d_head) + mask) v, heads merged and projected: [B, Tq, d_model]."""
-        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
-            out = explicit_attention(q, k, v, mask, is_causal)
+        """softmax(q k^T / sqrt(d_head) + mask) v, heads merged and projected: [B, Tq, d_model].
+
+        With a position variant's terms, its logit and output terms join in (explicit path).
+        """
+        if terms is not None or (q.device.type == "cpu" and q.dtype == torch.bfloat16):
+            out = explicit_attention(q, k, v, mask, is_causal, terms)
         else:
             if mask is not None and mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)
@@ -133,12 +147,14 @@ class EncoderLayer(nn.Module):
         mask: torch.Tensor,
         positions: torch.Tensor,
         position: PositionEncoding,
+        index: int = 0,
     ) -> torch.Tensor:
-        """x [B, S, d_model] -> [B, S, d_model]."""
+        """x [B, S, d_model] -> [B, S, d_model]; index: this layer's place in the stack."""
         q = self.self_attn.query(x)
         k, v = self.self_attn.keys_values(x)
         q, k = position.rotate(q, k, positions, positions)
-        x = self.norm1(x + self.dropout(self.self_attn.attend(q, k, v, mask)))
+        terms = position.attention_terms(index, positions, positions)
+        x = self.norm1(x + self.dropout(self.self_attn.attend(q, k, v, mask, terms=terms)))
         return self.norm2(x + self.dropout(self.ffn(x)))
 
 
@@ -164,11 +180,13 @@ class DecoderLayer(nn.Module):
         positions: torch.Tensor,
         position: PositionEncoding,
         cache: LayerCache | None = None,
+        index: int = 0,
     ) -> torch.Tensor:
         """y [B, T, d_model] over memory [B, S, d_model] -> [B, T, d_model].
 
         With a cache, keys/values of earlier steps are read from it and this step's appended;
-        the encoder's keys/values are projected once and kept there.
+        the encoder's keys/values are projected once and kept there. index: this layer's place
+        in the stack.
         """
         q = self.self_attn.query(y)
         k, v = self.self_attn.keys_values(y)
@@ -179,7 +197,12 @@ class DecoderLayer(nn.Module):
                 v = torch.cat((cache["self_v"], v), dim=2)
             cache["self_k"], cache["self_v"] = k, v
         is_causal = self_mask is None
-        y = self.norm1(y + self.dropout(self.self_attn.attend(q, k, v, self_mask, is_causal)))
+        # the keys end at this step's last query: positions t + T - (t + T) .. t + T - 1
+        key_positions = positions[-1] + 1 - k.size(2) + torch.arange(k.size(2), device=y.device)
+        terms = position.attention_terms(index, positions, key_positions)
+        y = self.norm1(
+            y + self.dropout(self.self_attn.attend(q, k, v, self_mask, is_causal, terms))
+        )
 
         if cache is not None and "cross_k" in cache:
             mk, mv = cache["cross_k"], cache["cross_v"]
@@ -215,10 +238,18 @@ class Transformer(nn.Module):
         self.pad_id = pad_id
         self.embedding = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.encoder_position = position(
-            d_model=d_model, n_heads=n_heads, max_positions=max_positions
+            d_model=d_model,
+            n_heads=n_heads,
+            max_positions=max_positions,
+            n_layers=n_encoder_layers,
+            causal=False,
         )
         self.decoder_position = position(
-            d_model=d_model, n_heads=n_heads, max_positions=max_positions
+            d_model=d_model,
+            n_heads=n_heads,
+            max_positions=max_positions,
+            n_layers=n_decoder_layers,
+            causal=True,
         )
         layer_args = (d_model, n_heads, d_ff, dropout, layer_norm_eps)
         self.encoder_layers = nn.ModuleList(
@@ -257,16 +288,19 @@ class Transformer(nn.Module):
         x = self.embedding(tokens) * self.d_model**0.5  # [B, T, d_model]
         return self.dropout(position.embed(x, positions))
 
-    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encoder output [B, S, d_model] and the source mask [B, S] (True = real token)."""
-        self.encoder_position.check_length(src.size(1))
+    def encode(self, src: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Encoder output [B, S, d_model] and the source mask [B, S] (True = real token).
+
+        offset: the first position (0; the shift tests move every position by a constant).
+        """
+        self.encoder_position.check_length(offset + src.size(1))
         src_keep = src != self.pad_id  # [B, S]
-        positions = torch.arange(src.size(1), device=src.device)  # [S]
+        positions = torch.arange(offset, offset + src.size(1), device=src.device)  # [S]
         allowed = src_keep[:, None, None, :]  # [B, 1, 1, S]
         mask = attention_mask(allowed, self.encoder_position.bias(positions, positions))
         x = self._embed(src, positions, self.encoder_position)
-        for layer in self.encoder_layers:
-            x = layer(x, mask, positions, self.encoder_position)
+        for i, layer in enumerate(self.encoder_layers):
+            x = layer(x, mask, positions, self.encoder_position, i)
         return x, src_keep
 
     def decode(
@@ -286,7 +320,8 @@ class Transformer(nn.Module):
         length = tgt_in.size(1)
         self.decoder_position.check_length(offset + length)
         positions = torch.arange(offset, offset + length, device=tgt_in.device)  # [T]
-        key_positions = torch.arange(offset + length, device=tgt_in.device)  # [t + T]
+        first_key = 0 if cache is not None else offset  # a cache holds the `offset` earlier keys
+        key_positions = torch.arange(first_key, offset + length, device=tgt_in.device)  # [t + T]
         bias = self.decoder_position.bias(positions, key_positions)
         if bias is None and cache is None:
             self_mask = None  # causal, and right padding never precedes a real token
@@ -298,7 +333,7 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.decoder_layers):
             layer_cache = cache[i] if cache is not None else None
             y = layer(
-                y, memory, self_mask, cross_mask, positions, self.decoder_position, layer_cache
+                y, memory, self_mask, cross_mask, positions, self.decoder_position, layer_cache, i
             )
         return F.linear(y, self.embedding.weight)  # [B, T, vocab]
 
@@ -306,6 +341,15 @@ class Transformer(nn.Module):
         """Teacher-forced logits [B, T, vocab] for sources [B, S] and target inputs [B, T]."""
         memory, src_keep = self.encode(src)
         return self.decode(tgt_in, memory, src_keep)
+
+    def apply_position_settings(self, settings: dict) -> dict:
+        """Apply inference-only position settings (e.g. RoPE scaling) to both stacks.
+
+        Returns the settings now in force; a key the variant does not allow is a one-line error.
+        """
+        for position in (self.encoder_position, self.decoder_position):
+            position.apply_inference_settings(**settings)
+        return self.encoder_position.inference_state()
 
     def new_cache(self, memory: torch.Tensor | None = None, repeat: int = 1) -> list[LayerCache]:
         """A key/value cache for incremental decoding.

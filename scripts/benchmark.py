@@ -3,6 +3,7 @@
     python scripts/benchmark.py data   [--pairs 1000000] [--num-proc N] [--max-tokens 4096]
     python scripts/benchmark.py decode [--sentences 256] [--beam 4] [--vs hf] [--repeats 5]
     python scripts/benchmark.py train  [--model base small] [--vs hf] [--device cpu|cuda]
+    python scripts/benchmark.py train --variants [relative t5 ...] [--model small base]
 
 ``data`` (evaluation/benchmark_data.py) replicates the Multi30k training text
 (../shared/data/multi30k, 29k pairs) to ``--pairs`` pairs and runs the project's real data path
@@ -23,7 +24,10 @@ adds HF Marian trained the way its Trainer does. It prints tokens/s, GFLOP/s by
 ``evaluation.flops.transformer_flops`` (checked against torch's FLOP counter in the tests), MFU
 against the GEMM peak measured in the same run, and the memory autograd saves for backward.
 ``--device cuda`` runs bf16 only, at 25k tokens a step, with ``torch.compile`` off and on, reports
-the CUDA allocator's peak and projects 100k steps.
+the CUDA allocator's peak and projects 100k steps. ``--variants`` (evaluation/
+benchmark_variants.py) instead times that step for each position variant (default: all of
+configs/position) against sinusoidal, interleaved, on the CPU in fp32: CPU seconds and wall
+seconds, medians and ratios, and the parameters each variant adds.
 
 Run it on an otherwise idle machine: with more busy processes than cores, OpenMP threads wait on
 each other and both systems slow down erratically (the load average is printed; ``--threads 1``
@@ -100,8 +104,43 @@ def run_decode(args: argparse.Namespace) -> dict:
     return fig
 
 
+def run_variant_cost(args: argparse.Namespace) -> dict:
+    """`train --variants`: each position variant's step time relative to sinusoidal."""
+    from evaluation.benchmark_variants import variant_cost_rows, variant_step_times
+
+    fig = variant_step_times(
+        args.model,
+        args.variants,
+        args.batch_size,
+        args.length,
+        args.vocab_size,
+        args.repeats,
+        args.threads,
+    )
+    print(
+        f"\nposition variants, train.py's train_step (forward, backward, Adam), fp32, torch "
+        f"{fig['torch_version']}, {fig['num_threads']} threads, {fig['batch_size']} sentences x "
+        f"{fig['length']} tokens per side, vocab {fig['vocab_size']}, median of {fig['repeats']} "
+        "interleaved steps"
+    )
+    headers = (
+        "model",
+        "position",
+        "CPU s",
+        "range",
+        "vs sinusoidal (CPU)",
+        "wall s",
+        "vs sinusoidal (wall)",
+        "parameters added",
+    )
+    print(format_table(headers, variant_cost_rows(fig), align="llrrrrrr"))
+    return fig
+
+
 def run_train(args: argparse.Namespace) -> dict:
     """Run the training benchmark from parsed arguments and print its table."""
+    if args.variants is not None:
+        return run_variant_cost(args)
     fig = benchmark_train(
         args.model,
         args.vs,
@@ -189,6 +228,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     train.add_argument("--repeats", type=int, default=5, help="timed steps after one warm-up")
     train.add_argument("--device", default="cpu", help="cpu or cuda")
     train.add_argument("--threads", type=int, default=None, help="torch threads (default all)")
+    train.add_argument(
+        "--variants",
+        nargs="*",
+        default=None,
+        help="time position variants relative to sinusoidal instead (none named: all of "
+        "configs/position; CPU, fp32; default batch 32 sentences)",
+    )
     train.set_defaults(run=run_train)
 
     args = parser.parse_args(argv)
@@ -199,6 +245,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
             parser.error(f"--device {args.device}: pass cpu or cuda")
         if args.device == "cuda" and not torch.cuda.is_available():
             parser.error("--device cuda: torch sees no CUDA device here; run it on a GPU machine")
+        if args.variants is not None and args.device != "cpu":
+            parser.error("--variants times CPU steps only: drop --device")
+        if args.batch_size is None and args.variants is not None:
+            args.batch_size = 32
         if args.batch_size is None:
             args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
     return args.run(args)

@@ -10,9 +10,11 @@ from omegaconf import OmegaConf
 from model.position import (
     LearnedPositionEncoding,
     PositionRangeError,
+    PositionSettingError,
     SinusoidalPositionEncoding,
     alibi_slopes,
     sinusoidal_table,
+    t5_buckets,
 )
 
 
@@ -109,3 +111,164 @@ def test_rope_scores_depend_only_on_relative_position():
 
     assert torch.allclose(score(3, 1), score(10, 8), atol=1e-5)
     assert not torch.allclose(score(3, 1), score(3, 2), atol=1e-3)
+
+
+def build(name: str, **kwargs):
+    """The variant of configs/position/<name>.yaml with tiny dimensions (and kwargs)."""
+    factory = instantiate(OmegaConf.load(f"configs/position/{name}.yaml"))
+    return factory(**{"d_model": 32, "n_heads": 4, "max_positions": 64, **kwargs})
+
+
+def test_every_variants_attention_terms_have_the_interface_shapes(position_yaml):
+    factory = instantiate(OmegaConf.load(position_yaml))
+    for causal in (False, True):
+        pe = factory(d_model=32, n_heads=4, max_positions=64, n_layers=2, causal=causal)
+        q_positions, k_positions = torch.arange(3, 8), torch.arange(8)
+        for layer in range(2):
+            terms = pe.attention_terms(layer, q_positions, k_positions)
+            if terms is None:
+                continue
+            scores = terms.scores(torch.randn(2, 4, 5, 8))
+            values = terms.values(torch.rand(2, 4, 5, 8).softmax(-1))
+            assert scores is None or scores.shape == (2, 4, 5, 8)
+            assert values is None or values.shape == (2, 4, 5, 8)
+
+
+def test_t5_buckets_equal_t5s_own_function():
+    """Bucket boundaries against Hugging Face's T5Attention._relative_position_bucket."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    relative = torch.arange(-1000, 1001)[None, :] - torch.arange(0, 5)[:, None]  # [5, 2001]
+    for bidirectional in (True, False):
+        for num_buckets, max_distance in ((32, 128), (8, 20), (16, 50)):
+            ours = t5_buckets(relative, bidirectional, num_buckets, max_distance)
+            theirs = T5Attention._relative_position_bucket(
+                relative, bidirectional, num_buckets, max_distance
+            )
+            assert torch.equal(ours, theirs), (bidirectional, num_buckets, max_distance)
+    encoder, decoder = build("t5"), build("t5", causal=True)
+    assert encoder.bias_table.shape == decoder.bias_table.shape == (32, 4)
+    positions = torch.arange(200)
+    enc, dec = encoder.bias(positions, positions), decoder.bias(positions, positions)
+    assert enc.shape == dec.shape == (4, 200, 200)
+    # the encoder tells left from right; the decoder's buckets only look back
+    assert not torch.allclose(enc[:, 10, 5], enc[:, 10, 15])
+    assert torch.allclose(dec[:, 10, 11:], dec[:, 10, 10:11].expand(-1, 189))
+
+
+def naive_shaw_attention(q, k, v, a_k, a_v, mask):
+    """Shaw et al. eq. (3)-(4) with the [Tq, Tk, d] tensors materialized (the reference)."""
+    scores = (q @ k.transpose(-1, -2) + torch.einsum("bhid,ijd->bhij", q, a_k)) / q.size(-1) ** 0.5
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return weights @ v + torch.einsum("bhij,ijd->bhid", weights, a_v)
+
+
+def test_relative_attention_equals_shaws_equations():
+    from model.transformer import explicit_attention
+
+    torch.manual_seed(0)
+    for causal in (False, True):
+        pe = build("relative", max_distance=3, n_layers=2, causal=causal).double()
+        q, k, v = (torch.randn(2, 4, 9, 8, dtype=torch.float64) for _ in range(3))
+        positions = torch.arange(9)
+        mask = torch.ones(9, 9, dtype=torch.bool)
+        mask = mask.tril() if causal else mask
+        for layer in range(2):
+            distance = (positions[None, :] - positions[:, None]).clamp(-3, 3)  # [Tq, Tk]
+            # rows of the clipped distances -3..3; the decoder holds -3..0 (j > i is masked)
+            rows = distance.clamp(max=0 if causal else 3) + 3
+            a_k = pe.key_embeddings[layer][rows]  # [Tq, Tk, d]
+            a_v = pe.value_embeddings[layer][rows]
+            expected = naive_shaw_attention(q, k, v, a_k, a_v, mask)
+            terms = pe.attention_terms(layer, positions, positions)
+            got = explicit_attention(q, k, v, None, causal, terms)
+            assert torch.allclose(got, expected, atol=1e-6)  # the logits are float32
+    assert build("relative").key_embeddings.shape == (1, 33, 8)  # 2k + 1 rows, k = 16
+    assert build("relative", causal=True, n_layers=3).value_embeddings.shape == (3, 17, 8)
+
+
+def test_shape_shifts_in_training_and_not_at_evaluation():
+    for name in ("sinusoidal_shape", "learned_shape"):
+        pe = build(name)
+        x, positions = torch.zeros(64, 10, 32), torch.arange(10)
+        pe.eval()
+        unshifted = pe.embed(x, positions)
+        assert torch.equal(unshifted, pe.embed(x, positions))
+        if name == "sinusoidal_shape":
+            assert torch.equal(unshifted[0], sinusoidal_table(10, 32))
+        span = torch.arange(64 + pe.max_shift)
+        table = pe.embed(torch.zeros(1, len(span), 32), span)[0]  # unshifted rows (evaluation)
+        pe.train()
+        shifted_rows = pe.embed(x, positions)  # [B, T, d_model]
+        offsets = []
+        for row in shifted_rows:  # each sequence is one contiguous run of table rows from k
+            k = int((table - row[0]).abs().sum(-1).argmin())
+            assert torch.allclose(row, table[k : k + 10], atol=1e-6)
+            offsets.append(k)
+        assert 0 <= min(offsets) and max(offsets) <= pe.max_shift and len(set(offsets)) > 5
+        again = pe.embed(x, positions)
+        assert not torch.equal(again, shifted_rows)
+
+
+def test_learned_shape_table_holds_the_shifted_range():
+    pe = build("learned_shape", max_positions=16)
+    assert pe.table.shape == (16 + 100, 32)
+    pe.check_length(16)
+    with pytest.raises(PositionRangeError):
+        pe.check_length(17)  # evaluation encodes from 0: the cap stays max_positions
+    pe.train()
+    for _ in range(20):  # the longest sequence at any shift indexes inside the table
+        pe.embed(torch.zeros(8, 16, 32), torch.arange(16))
+
+
+def test_rope_scaling_factor_one_is_unscaled():
+    q, k = torch.randn(2, 4, 50, 8), torch.randn(2, 4, 50, 8)
+    positions = torch.arange(50)
+    plain = build("rope").rotate(q, k, positions, positions)
+    for scaling in ("linear", "ntk"):
+        scaled = build("rope", scaling=scaling, factor=1.0).rotate(q, k, positions, positions)
+        assert torch.equal(scaled[0], plain[0]) and torch.equal(scaled[1], plain[1])
+        doubled = build("rope", scaling=scaling, factor=2.0).rotate(q, k, positions, positions)
+        assert not torch.allclose(doubled[0], plain[0], atol=1e-3)
+
+
+def test_rope_scalings_follow_their_formulas():
+    x = torch.randn(1, 1, 1, 8)
+    plain = build("rope")
+    linear = build("rope", scaling="linear", factor=4.0)
+    # position interpolation: position 4p is rotated as p was
+    got = linear._rotate_one(x, torch.tensor([12]))
+    assert torch.allclose(got, plain._rotate_one(x, torch.tensor([3])), atol=1e-6)
+    # NTK-aware: the base grows by factor^(d / (d - 2)); the fastest pair turns as before
+    ntk = build("rope", scaling="ntk", factor=4.0)
+    bigger_base = build("rope", base=10000.0 * 4.0 ** (8 / 6))
+    position = torch.tensor([37])
+    assert torch.allclose(ntk._rotate_one(x, position), bigger_base._rotate_one(x, position))
+    assert torch.allclose(
+        ntk._rotate_one(x, position)[..., :2], plain._rotate_one(x, position)[..., :2]
+    )
+
+
+def test_inference_settings_are_checked_and_refused_one_line():
+    rope = build("rope")
+    rope.apply_inference_settings(scaling="ntk", factor=2)
+    assert rope.inference_state() == {"scaling": "ntk", "factor": 2.0}
+    with pytest.raises(PositionSettingError, match="position_override.base is not an inference"):
+        rope.apply_inference_settings(base=500.0)
+    with pytest.raises(PositionSettingError, match="scaling=yarn"):
+        rope.apply_inference_settings(scaling="yarn")
+    with pytest.raises(PositionSettingError, match="factor=0.5"):
+        rope.apply_inference_settings(factor=0.5)
+    assert rope.inference_state() == {"scaling": "ntk", "factor": 2.0}  # refused: unchanged
+    with pytest.raises(PositionSettingError, match="inference-only settings: none"):
+        build("relative").apply_inference_settings(max_distance=32)
+    with pytest.raises(PositionSettingError, match="scaling=yarn"):  # the YAML is checked alike
+        build("rope", scaling="yarn")
+
+
+def test_each_yaml_names_its_own_class():
+    """Runs record their position class: two YAML files on one class would mix in comparisons."""
+    from tests.conftest import POSITION_CONFIGS
+
+    targets = [OmegaConf.load(path)._target_ for path in POSITION_CONFIGS]
+    assert len(set(targets)) == len(targets)

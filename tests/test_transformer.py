@@ -7,7 +7,13 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from data.errors import UserError
-from model.transformer import MultiHeadAttention, count_parameters, explicit_attention
+from model.position import PositionRangeError
+from model.transformer import (
+    MultiHeadAttention,
+    build_model,
+    count_parameters,
+    explicit_attention,
+)
 from tests.conftest import CONFIG_DIR, tiny_model
 
 
@@ -150,3 +156,144 @@ def test_bf16_attention_on_cpu_is_close_to_float32():
         got = attention.attend(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
     assert got.dtype == torch.bfloat16
     assert torch.allclose(got.float(), expected, atol=0.05)
+
+
+def adds_absolute_encodings(model) -> bool:
+    """Whether the variant adds anything to the embeddings (sinusoidal, learned, SHAPE)."""
+    x = torch.zeros(1, 3, model.d_model)
+    return not torch.equal(model.encoder_position.embed(x, torch.arange(3)), x)
+
+
+def test_shifting_every_position_changes_only_absolute_variants(position_yaml):
+    """Relative variants see distances only: moving all positions by 5 leaves the encoder as is."""
+    model = tiny_model(position_yaml).eval()
+    src = torch.randint(4, 40, (2, 7))
+    src[1, 5:] = 0
+    out, _ = model.encode(src)
+    moved, _ = model.encode(src, offset=5)
+    unchanged = torch.allclose(out, moved, atol=1e-5)
+    assert unchanged == (not adds_absolute_encodings(model)), position_yaml.stem
+
+
+def test_a_2000_subword_source_encodes_without_a_length_cap(position_yaml):
+    model = tiny_model(position_yaml, max_positions=64).eval()
+    src = torch.randint(4, 40, (1, 2000))
+    try:
+        model.encoder_position.check_length(2000)
+    except PositionRangeError:  # a learned table: the one clear error, never a crash
+        with pytest.raises(PositionRangeError):
+            model.encode(src)
+        return
+    with torch.no_grad():
+        out, _ = model.encode(src)
+        logits = model.decode(torch.randint(4, 40, (1, 3)), out, src != 0)
+    assert out.shape == (1, 2000, 32) and torch.isfinite(out).all()
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", ["relative", "t5", "rope", "alibi"])
+def test_the_relative_variants_have_no_length_cap(name):
+    """The variants the issue names must be among those that encode 2,000 subwords."""
+    model = tiny_model(CONFIG_DIR / "position" / f"{name}.yaml", max_positions=64)
+    model.encoder_position.check_length(2000)
+    model.decoder_position.check_length(2000)
+
+
+def test_the_fused_kernel_stays_where_a_variant_adds_no_attention_terms(position_yaml, monkeypatch):
+    """Self-attention leaves scaled_dot_product_attention only for variants with terms."""
+    model = tiny_model(position_yaml).eval()
+    calls = []
+    fused = F.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    model(torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4)))
+    positions = torch.arange(3)
+    with_terms = model.encoder_position.attention_terms(0, positions, positions) is not None
+    self_attentions, cross_attentions = 2 + 2, 2
+    assert len(calls) == cross_attentions + (0 if with_terms else self_attentions)
+
+
+def test_relative_tables_are_per_layer_and_each_is_used():
+    model = tiny_model(CONFIG_DIR / "position" / "relative.yaml")
+    assert model.encoder_position.key_embeddings.shape == (2, 33, 8)
+    assert model.decoder_position.value_embeddings.shape == (2, 17, 8)  # causal: -16..0
+    model(torch.randint(4, 40, (2, 5)), torch.randint(4, 40, (2, 4))).sum().backward()
+    for position in (model.encoder_position, model.decoder_position):
+        for table in (position.key_embeddings, position.value_embeddings):
+            assert all(table.grad[layer].abs().sum() > 0 for layer in range(2))
+
+
+def test_shape_draws_new_offsets_in_training_only():
+    for name in ("sinusoidal_shape", "learned_shape"):
+        model = tiny_model(CONFIG_DIR / "position" / f"{name}.yaml", dropout=0.0)
+        src, tgt = torch.randint(4, 40, (4, 6)), torch.randint(4, 40, (4, 5))
+        model.train()
+        assert not torch.allclose(model(src, tgt), model(src, tgt))
+        model.eval()
+        assert torch.equal(model(src, tgt), model(src, tgt))
+
+
+def test_rope_settings_apply_to_both_stacks_and_factor_one_changes_nothing():
+    model = tiny_model(CONFIG_DIR / "position" / "rope.yaml").eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    plain = model(src, tgt)
+    assert model.apply_position_settings({"scaling": "ntk", "factor": 1}) == {
+        "scaling": "ntk",
+        "factor": 1.0,
+    }
+    assert torch.equal(model(src, tgt), plain)
+    model.apply_position_settings({"factor": 4})
+    assert model.decoder_position.factor == 4.0
+    assert not torch.allclose(model(src, tgt), plain, atol=1e-4)
+
+
+def test_every_variant_builds_and_trains_in_the_quickstart_and_multi30k_experiments(
+    position_yaml,
+):
+    """Each experiment composes with position=<variant>; one step in its own precision.
+
+    multi30k_small and extrapolation_multi30k build the same small model as table3_multi30k
+    (in fp32 / bf16): composing them is enough.
+    """
+    from model.loss import forward_backward
+    from tests.conftest import compose_config
+
+    for experiment in ("multi30k_small", "extrapolation_multi30k"):
+        cfg = compose_config([f"experiment={experiment}", f"position={position_yaml.stem}"])
+        assert cfg.position._target_ == OmegaConf.load(position_yaml)._target_, experiment
+        assert cfg.model.d_model == 256
+    for experiment in ("quickstart", "table3_multi30k"):
+        cfg = compose_config([f"experiment={experiment}", f"position={position_yaml.stem}"])
+        assert cfg.position._target_ == OmegaConf.load(position_yaml)._target_, experiment
+        torch.manual_seed(0)
+        model = build_model(cfg.model, cfg.position, vocab_size=60).train()
+        tgt = torch.randint(4, 60, (2, 7))
+        batch = {"src": torch.randint(4, 60, (2, 6)), "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+        bf16 = cfg.trainer.precision == "bf16"
+        loss = forward_backward(model, batch, cfg.optim.label_smoothing, 1 / 12, bf16)[0]
+        assert torch.isfinite(torch.as_tensor(loss)), experiment
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_bf16_autocast_stays_close_to_float32(position_yaml):
+    model = tiny_model(position_yaml).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    expected = model(src, tgt)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(src, tgt)
+    assert torch.allclose(got.float(), expected, atol=0.1), position_yaml.stem
+
+
+def test_decoding_a_shifted_target_without_a_cache_keeps_distances(position_yaml):
+    """decode(offset=o) without a cache: relative variants see the same distances as at 0."""
+    model = tiny_model(position_yaml).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    memory, keep = model.encode(src)
+    at_zero = model.decode(tgt, memory, keep)
+    moved = model.decode(tgt, memory, keep, offset=7)
+    unchanged = torch.allclose(at_zero, moved, atol=1e-5)
+    assert unchanged == (not adds_absolute_encodings(model)), position_yaml.stem
