@@ -36,7 +36,7 @@ COMPUTE_TYPES = ("default", "float32", "int8", "int8_float32", "int16", "bfloat1
 
 def convert_model(model, tokenizer: Tokenizer, out_dir, quantization: str | None = None) -> Path:
     """Write our model as a CTranslate2 model folder (float32, or quantized: int8, ...)."""
-    save_ctranslate2(ctranslate2_spec(model.cpu(), tokenizer.pieces()), out_dir, quantization)
+    save_ctranslate2(ctranslate2_spec(model, tokenizer.pieces()), out_dir, quantization)
     return Path(out_dir)
 
 

@@ -32,7 +32,7 @@ def _position_table(position: PositionEncoding, d_model: int, max_positions: int
     if type(position) is SinusoidalPositionEncoding:
         return sinusoidal_encoding_table(max_positions, d_model, position.base)
     if type(position) is LearnedPositionEncoding:
-        return position.table.detach().float()
+        return position.table.detach().float().cpu()
     if type(position) is NoPositionEncoding:
         return torch.zeros(max_positions, d_model)
     if type(position) is RotaryPositionEncoding:
@@ -79,7 +79,7 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
         activation=common_spec.Activation.RELU,
         **rotary,
     )
-    weights = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    weights = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
     eps = next(m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm))
 
     def linear(spec, name: str) -> None:

@@ -14,12 +14,13 @@ import pytest
 import torch
 
 from data.corpus import load_split
-from data.tokenizer import EOS_ID, PAD_ID
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from evaluate import evaluate
 from evaluation.export import ExportError, export_hf
 from model.checkpoint import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
+MAX_POSITIONS = 128  # Marian's table, and generate's max_length
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 FRESH_PROCESS = """
@@ -41,7 +42,8 @@ print(json.dumps({"ids": ids, "round_trip": round_trip,
 def folder(trained_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "marian"
     result = subprocess.run(
-        [sys.executable, "scripts/export_hf.py", "--run-dir", str(trained_run), "--out", str(out)],
+        [sys.executable, "scripts/export_hf.py", "--run-dir", str(trained_run), "--out", str(out)]
+        + ["--max-positions", str(MAX_POSITIONS)],
         cwd=ROOT,
         env=os.environ | OFFLINE,
         capture_output=True,
@@ -93,14 +95,29 @@ def test_tokenizer_gives_our_ids_with_eos(trained_run, test_split, fresh_process
 
 
 def test_translations_match_evaluate_greedy_on_the_toy_test_set(trained_run, fresh_process):
+    """Identical, except where our search hit its cap (source + 50) and forced EOS there.
+
+    generate caps a batch at one length (MAX_POSITIONS), not each sentence at its own, so a
+    sentence that runs to our cap goes on there; a trained model (README) reaches no cap.
+    """
+    from model.search import greedy_search
+
     scores = evaluate(
         compose_config([f"run_dir={trained_run}", "split=test", "beam=1"], "evaluate")
     )
     ours = (trained_run / "eval" / f"{scores['name']}.hyp").read_text().splitlines()
     theirs = fresh_process["hyps"]
-    same = sum(a == b for a, b in zip(ours, theirs, strict=True))
-    print(f"{same} of {len(ours)} translations identical; sacreBLEU {scores['bleu']}")
-    assert len(ours) == 500 and same == len(ours)
+    assert len(ours) == len(theirs) == 500
+    differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+    model, tokenizer = rebuild_model(load_run(trained_run, "last")[0], torch.device("cpu"))
+    capped = 0
+    for i in differ:
+        src = fresh_process["ids"][i]
+        hyp = greedy_search(model, torch.tensor([src]), BOS_ID, EOS_ID, 50)[0]
+        capped += len(hyp) == len(src) - 1 + 50 - 1
+    print(f"{500 - len(differ)} of 500 identical; the {len(differ)} others hit our cap: {capped}")
+    assert capped == len(differ)
+    assert len(differ) < 250
 
 
 def test_marians_layer_norm_eps_changes_logits_by_little(folder, trained_run, test_split):
