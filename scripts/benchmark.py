@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py data   [--pairs 1000000] [--num-proc N] [--max-tokens 4096]
     python scripts/benchmark.py decode [--sentences 256] [--beam 4] [--vs hf] [--repeats 5]
+    python scripts/benchmark.py decode --run-dir RUN [--split test] [--sentences 256] [--beam 4]
     python scripts/benchmark.py train  [--model base small] [--vs hf] [--device cpu|cuda]
 
 ``data`` replicates the Multi30k training text (../shared/data/multi30k, 29k pairs) to ``--pairs``
@@ -47,6 +48,10 @@ both systems are made to produce exactly the same number of tokens.
   post-LN (Marian's layers are post-LN with static sinusoids by construction), SDPA attention on
   both sides, dropout off (eval mode). Differences left: Marian adds a final logits bias and
   lays sinusoids out as concatenated halves; neither changes the cost measurably.
+
+``decode --run-dir RUN`` times a trained run's model through every engine on real sentences
+and scores each: our search, CTranslate2 float32 and int8, HF ``generate``
+(evaluation/decode_benchmark.py).
 
 ``train`` times full training steps (forward, label-smoothed loss, backward, gradient clipping,
 optimizer step) on random batches of ``--batch-size`` sentences x ``--length`` tokens per side
@@ -1012,8 +1017,32 @@ def run_data(args: argparse.Namespace) -> dict:
     return fig
 
 
+def run_engines(args: argparse.Namespace) -> dict:
+    """decode --run-dir: ours vs CTranslate2 fp32/int8 vs HF generate on a trained run."""
+    import torch
+
+    from evaluation.decode_benchmark import benchmark_engines, engine_rows
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fig = benchmark_engines(
+        args.run_dir, args.split, args.sentences, args.beam, repeats=args.repeats
+    )
+    print(
+        f"\ndecode engines, {platform.processor() or platform.machine()}, load average "
+        f"{os.getloadavg()[0]:.1f}, {fig['num_threads']} threads: {fig['sentences']} sentences "
+        f"of {fig['split']} from {fig['run_dir']} ({fig['checkpoint']}), beam {fig['beam']}, "
+        f"median of {fig['repeats']} interleaved runs"
+    )
+    headers = ("system", "tokens/s", "range", "s/run", "sacreBLEU", "same as ours")
+    print(format_table(headers, engine_rows(fig)))
+    return fig
+
+
 def run_decode(args: argparse.Namespace) -> dict:
     """Run the decode benchmark from parsed arguments and print its table."""
+    if args.run_dir is not None:
+        return run_engines(args)
     fig = benchmark_decode(
         args.sentences,
         args.beam,
@@ -1122,6 +1151,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     decode.add_argument("--vocab-size", type=int, default=8000)
     decode.add_argument("--threads", type=int, default=None, help="torch threads (default all)")
     decode.add_argument("--profile", action="store_true", help="print where our time goes")
+    decode.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="a trained run: ours vs CTranslate2 fp32/int8 vs HF generate, tokens/s and BLEU "
+        "on --sentences of --split (evaluation/decode_benchmark.py)",
+    )
+    decode.add_argument("--split", default="test", help="with --run-dir: the split to decode")
     decode.set_defaults(run=run_decode)
 
     train = commands.add_parser("train", help="train-step tokens/s, MFU, memory; vs HF Marian")
