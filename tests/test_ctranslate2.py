@@ -129,3 +129,20 @@ def test_evaluate_engine_ctranslate2_greedy_identical_and_beam_four_scored(train
     print(f"beam 4 BLEU: ours {ours[0]['bleu']}, CTranslate2 {theirs[0]['bleu']}; {same} identical")
     assert abs(ours[0]["bleu"] - theirs[0]["bleu"]) < 2.0
     assert same >= 0.8 * SAMPLE
+
+
+def test_decode_benchmark_times_and_scores_every_engine(trained_run):
+    from evaluation.decode_benchmark import benchmark_engines, engine_rows
+
+    fig = benchmark_engines(trained_run, sentences=12, beam=2, repeats=1, echo=lambda _: None)
+    rows = engine_rows(fig)
+    assert [row[0] for row in rows] == [
+        "ours fp32",
+        "ctranslate2 fp32",
+        "ctranslate2 int8",
+        "hf generate fp32",
+    ]
+    for name, *_ in rows:
+        assert fig[name]["tokens"] >= 12 and fig[name]["tokens_per_s"] > 0
+        assert 0 <= fig[name]["bleu"] <= 100
+    assert fig["ours fp32"]["same_as_ours"] == 12
