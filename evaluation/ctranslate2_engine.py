@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from data.errors import UserError
 from data.tokenizer import EOS_ID, Tokenizer
 from model.ctranslate2_spec import ctranslate2_spec, save_ctranslate2
 from model.search import length_penalty
@@ -46,7 +47,7 @@ def ctranslate2_translator(model, tokenizer: Tokenizer, device, compute_type: st
     import ctranslate2
 
     if compute_type not in COMPUTE_TYPES:
-        raise ValueError(
+        raise UserError(
             f"ctranslate2_compute_type={compute_type}: pass one of {', '.join(COMPUTE_TYPES)}"
         )
     with tempfile.TemporaryDirectory(prefix="ctranslate2-") as folder:

@@ -25,20 +25,21 @@ from omegaconf import OmegaConf
 
 from data.batching import TokenBatchSampler, collate
 from data.corpus import load_split
-from data.tokenizer import BOS_ID, EOS_ID
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from evaluation.ctranslate2_engine import ctranslate2_translator, translate_pieces
-from model.checkpoint import load_run, rebuild_model
+from evaluation.run import load_run, rebuild_model
 from model.marian import marian_generate, to_marian
 from model.search import beam_search
 
 
 def our_ids(model, sources, beam, lenpen, max_len_b, max_tokens=4096) -> list[list[int]]:
-    """Our search over sources (ids + EOS), batched as model/translate.py does."""
+    """Our search over sources (ids + EOS), batched as evaluation/translate.py does."""
     lengths = [len(s) for s in sources]
     out: list[list[int]] = [[] for _ in sources]
     budget = max(max_tokens // beam, max(lengths))
     for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False):
-        src = collate([{"src_ids": sources[i], "tgt_ids": [EOS_ID]} for i in batch])["src"]
+        examples = [{"src_ids": sources[i], "tgt_ids": [EOS_ID]} for i in batch]
+        src = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)["src"]
         hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
         for i, hyp in zip(batch, hyps, strict=True):
             out[i] = hyp

@@ -22,7 +22,7 @@ import torch
 from data.errors import UserError
 from data.files import write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from model.checkpoint import load_run, rebuild_model
+from evaluation.run import load_run, rebuild_model
 from model.marian import check_mappable, layer_norm_eps, to_marian
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
@@ -86,7 +86,7 @@ def export_hf(
     model, tokenizer = rebuild_model(state, torch.device("cpu"))
     try:
         check_mappable(model)
-    except ValueError as e:
+    except UserError as e:
         raise ExportError(f"run {run_dir}: {e}") from None
     out = Path(out)
     if out.exists() and any(out.iterdir()):

@@ -16,6 +16,7 @@ CTranslate2's ALiBi exists for decoder-only models, not for an encoder.
 
 import torch
 
+from data.errors import UserError
 from model.position import (
     LearnedPositionEncoding,
     NoPositionEncoding,
@@ -37,7 +38,7 @@ def _position_table(position: PositionEncoding, d_model: int, max_positions: int
         return torch.zeros(max_positions, d_model)
     if type(position) is RotaryPositionEncoding:
         return None
-    raise ValueError(
+    raise UserError(
         f"position={type(position).__name__} has no CTranslate2 equivalent for an encoder-decoder "
         "(CTranslate2 supports absolute tables and rotary self-attention here): pick another engine"
     )

@@ -22,6 +22,7 @@ here exactly:
 
 import torch
 
+from data.errors import UserError
 from model.position import SinusoidalPositionEncoding
 from model.transformer import Transformer
 
@@ -34,15 +35,15 @@ def channel_permutation(d_model: int) -> torch.Tensor:
 
 
 def check_mappable(model: Transformer) -> None:
-    """Raise ValueError unless the model is one Marian can hold: fixed sinusoids of base 10000."""
+    """Raise UserError unless the model is one Marian can hold: fixed sinusoids of base 10000."""
     for stack in (model.encoder_position, model.decoder_position):
         if type(stack) is not SinusoidalPositionEncoding:
-            raise ValueError(
+            raise UserError(
                 f"position={type(stack).__name__} has no Hugging Face Marian equivalent: Marian "
                 "has only fixed sinusoidal absolute positions; export a position=sinusoidal run"
             )
         if stack.base != MARIAN_SINUSOID_BASE:
-            raise ValueError(
+            raise UserError(
                 f"position.base={stack.base}: Marian's sinusoids use base 10000 only; "
                 "export a run trained with the default base"
             )

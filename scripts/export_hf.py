@@ -9,12 +9,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from data.errors import UserError
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
+
+from data.errors import report_user_errors
 from evaluation.export import export_hf
 
 
+@report_user_errors
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: write the folder; known errors as one line and exit status 1."""
+    """Command-line entry: write the folder; a user error is one line and exit status 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", type=Path, required=True, help="a training run directory")
     parser.add_argument(
@@ -27,11 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         "--max-positions", type=int, default=1024, help="rows of Marian's sinusoid table"
     )
     args = parser.parse_args(argv)
-    try:
-        out = export_hf(args.run_dir, args.out, args.checkpoint, args.max_positions)
-    except (UserError, ValueError, OSError) as e:  # ValueError: the checkpoint/data errors
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    out = export_hf(args.run_dir, args.out, args.checkpoint, args.max_positions)
     print(f"wrote {out}: load it with MarianMTModel.from_pretrained({str(out)!r})")
 
 

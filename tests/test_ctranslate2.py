@@ -9,10 +9,11 @@ on are log P(Y).
 import pytest
 import torch
 
+from data.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID
 from evaluate import evaluate
 from evaluation.ctranslate2_engine import ctranslate2_translator, translate_pieces
-from model.checkpoint import load_run
+from evaluation.run import load_run
 from tests.conftest import compose_config, tiny_model
 
 VOCAB = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, 40)]
@@ -49,7 +50,7 @@ def our_log_probs(model, src: list[int], tgt: list[int]) -> torch.Tensor:
 def test_scores_equal_our_log_probs(position_yaml):
     model = tiny_model(position_yaml, vocab_size=len(VOCAB)).eval()
     if position_yaml.stem == "alibi":
-        with pytest.raises(ValueError, match="no CTranslate2 equivalent"):
+        with pytest.raises(UserError, match="no CTranslate2 equivalent"):
             with ctranslate2_translator(model, Pieces(), "cpu"):
                 pass
         return

@@ -17,7 +17,7 @@ from data.corpus import load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from evaluate import evaluate
 from evaluation.export import ExportError, export_hf
-from model.checkpoint import load_run, rebuild_model
+from evaluation.run import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 MAX_POSITIONS = 128  # Marian's table, and generate's max_length
@@ -128,7 +128,8 @@ def test_marians_layer_norm_eps_changes_logits_by_little(folder, trained_run, te
     model, tokenizer = rebuild_model(load_run(trained_run, "last")[0], torch.device("cpu"))
     src = [ids + [EOS_ID] for ids in tokenizer.encode(test_split[0][:64])]
     tgt = [ids + [EOS_ID] for ids in tokenizer.encode(test_split[1][:64])]
-    batch = collate([{"src_ids": s, "tgt_ids": t} for s, t in zip(src, tgt, strict=True)])
+    examples = [{"src_ids": s, "tgt_ids": t} for s, t in zip(src, tgt, strict=True)]
+    batch = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)
     marian = MarianMTModel.from_pretrained(str(folder)).eval()
     assert {m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
     with torch.no_grad():

@@ -13,6 +13,7 @@ import torch
 
 from data.batching import collate
 from data.corpus import read_lines
+from data.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
 from data.toy import toy_pairs
 from model.loss import forward_backward
@@ -56,7 +57,9 @@ def train_briefly(
     model.train()
     for _ in range(steps):
         rows = torch.randint(len(src), (32,), generator=generator).tolist()
-        batch = collate([{"src_ids": src[i], "tgt_ids": tgt[i]} for i in rows])
+        batch = collate(
+            [{"src_ids": src[i], "tgt_ids": tgt[i]} for i in rows], pad_id=PAD_ID, bos_id=BOS_ID
+        )
         optimizer.zero_grad()
         forward_backward(model, batch, smoothing=0.1, scale=1.0, bf16=False)
         optimizer.step()
@@ -71,7 +74,8 @@ def pair(request, tmp_path_factory):
     model = train_briefly(model, tokenizer, train)
     src_ids = [ids + [EOS_ID] for ids in tokenizer.encode([en for en, _ in test])]
     tgt_ids = [ids + [EOS_ID] for ids in tokenizer.encode([de for _, de in test])]
-    batch = collate([{"src_ids": s, "tgt_ids": t} for s, t in zip(src_ids, tgt_ids, strict=True)])
+    examples = [{"src_ids": s, "tgt_ids": t} for s, t in zip(src_ids, tgt_ids, strict=True)]
+    batch = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)
     assert (batch["src"] == PAD_ID).any(), "the sample should hold padded sources"
     return model, to_marian(model), batch, src_ids
 
@@ -167,5 +171,5 @@ def test_other_position_variants_are_refused():
     for path in POSITION_CONFIGS:
         if path.stem == "sinusoidal":
             continue
-        with pytest.raises(ValueError, match="only fixed sinusoidal"):
+        with pytest.raises(UserError, match="only fixed sinusoidal"):
             to_marian(tiny_model(path))
