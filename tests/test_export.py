@@ -20,7 +20,7 @@ from evaluation.export import ExportError, export_hf
 from evaluation.run import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
-MAX_POSITIONS = 128  # Marian's table, and generate's max_length
+MAX_POSITIONS = 100  # Marian's table, and generate's max_length
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
 
 FRESH_PROCESS = """
