@@ -97,7 +97,8 @@ def evaluate(cfg: DictConfig) -> dict:
         dataset = load_split(OmegaConf.create(state["config"]["data"]), cfg.split)
         srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {cfg.split}"
         name = cfg.name or f"{cfg.split}-{tag}-beam{cfg.beam}"
-        name += "-ctranslate2" if cfg.engine == "ctranslate2" and not cfg.name else ""
+    if cfg.engine == "ctranslate2" and not cfg.name:
+        name += "-ctranslate2"  # beside our engine's file of the same evaluation
     kept, skipped = fitting_lines(
         model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where
     )
