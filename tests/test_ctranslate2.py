@@ -133,7 +133,7 @@ def test_evaluate_engine_ctranslate2_greedy_identical_and_beam_four_scored(train
 
 
 def test_decode_benchmark_times_and_scores_every_engine(trained_run):
-    from evaluation.decode_benchmark import benchmark_engines, engine_rows
+    from evaluation.benchmark_decode import benchmark_engines, engine_rows
 
     fig = benchmark_engines(trained_run, sentences=12, beam=2, repeats=1, echo=lambda _: None)
     rows = engine_rows(fig)
