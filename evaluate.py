@@ -28,6 +28,23 @@ from evaluation.translate import fitting_lines, translate
 from model.device import resolve_device, use_bf16
 from model.position import PositionRangeError
 
+ENGINES = ("ours", "ctranslate2")
+
+
+def translate_with(cfg: DictConfig, model, tokenizer, srcs: list[str], device, bf16: bool):
+    """Translations by cfg.engine: our search (default) or CTranslate2 (same model, converted)."""
+    if cfg.engine == "ctranslate2":
+        from evaluation.ctranslate2_engine import ctranslate2_translator, translate_ctranslate2
+
+        compute_type = cfg.ctranslate2_compute_type
+        with ctranslate2_translator(model, tokenizer, device, compute_type) as translator:
+            return translate_ctranslate2(
+                translator, tokenizer, srcs, cfg.beam, cfg.lenpen, cfg.max_len_b
+            )
+    return translate(
+        model, tokenizer, srcs, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens, bf16
+    )
+
 
 def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
     """Sources, references (None without ref_file) and a description, from src_file/ref_file."""
@@ -52,6 +69,8 @@ def check_options(cfg: DictConfig) -> None:
     if int(cfg.max_len_b) < 1:
         raise UserError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
     use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
+    if cfg.engine not in ENGINES:
+        raise UserError(f"engine={cfg.engine}: pass engine=ours or engine=ctranslate2")
     if cfg.long_inputs not in ("error", "skip"):
         raise UserError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
     name = str(cfg.name or "")
@@ -86,6 +105,8 @@ def evaluate(cfg: DictConfig) -> dict:
         dataset = load_split(OmegaConf.create(state["config"]["data"]), cfg.split)
         srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {cfg.split}"
         name = cfg.name or f"{cfg.split}-{tag}-beam{cfg.beam}"
+    if cfg.engine == "ctranslate2" and not cfg.name:
+        name += "-ctranslate2"  # beside our engine's file of the same evaluation
     kept, skipped = fitting_lines(
         model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where
     )
@@ -97,9 +118,7 @@ def evaluate(cfg: DictConfig) -> dict:
     srcs = [srcs[i] for i in kept]
     refs = [refs[i] for i in kept] if refs is not None else None
     bf16 = use_bf16(cfg.precision, device)
-    hyps = translate(
-        model, tokenizer, srcs, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens, bf16
-    )
+    hyps = translate_with(cfg, model, tokenizer, srcs, device, bf16)
     hyp_path = run_dir / "eval" / f"{name}.hyp"
     scores = {
         "name": name,
@@ -109,6 +128,12 @@ def evaluate(cfg: DictConfig) -> dict:
         "max_len_b": cfg.max_len_b,
         "precision": "bf16" if bf16 else "fp32",
         "position_override": position_override,
+        "engine": cfg.engine,
+        **(
+            {"ctranslate2_compute_type": cfg.ctranslate2_compute_type}
+            if cfg.engine == "ctranslate2"
+            else {}
+        ),
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "skipped": skipped,
@@ -145,16 +170,8 @@ def translate_stdin(cfg: DictConfig) -> None:
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     kept, _ = fitting_lines(model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin")
     out = [""] * len(lines)
-    hyps = translate(
-        model,
-        tokenizer,
-        [lines[i] for i in kept],
-        device,
-        cfg.beam,
-        cfg.lenpen,
-        cfg.max_len_b,
-        cfg.max_tokens,
-        use_bf16(cfg.precision, device),
+    hyps = translate_with(
+        cfg, model, tokenizer, [lines[i] for i in kept], device, use_bf16(cfg.precision, device)
     )
     for i, text in zip(kept, hyps, strict=True):
         out[i] = text

@@ -92,6 +92,10 @@ class Tokenizer:
                 f"{state['sha256']}); rerun data preparation"
             )
 
+    def pieces(self) -> list[str]:
+        """Every piece of the vocabulary, indexed by id (what other toolkits' vocabularies list)."""
+        return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
+
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Return the subword ids of each text, without BOS/EOS."""
         return self._sp.encode(list(texts), out_type=int)

@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py data   [--pairs 1000000] [--num-proc N] [--max-tokens 4096]
     python scripts/benchmark.py decode [--sentences 256] [--beam 4] [--vs hf] [--repeats 5]
+    python scripts/benchmark.py decode --run-dir RUN [--split test] [--sentences 256] [--beam 4]
     python scripts/benchmark.py train  [--model base small] [--vs hf] [--device cpu|cuda]
     python scripts/benchmark.py train --variants [relative t5 ...] [--model small base]
 
@@ -16,6 +17,10 @@ initialised model of the dims of ``configs/model/<--model>.yaml``; ``--vs hf`` t
 ``MarianMTModel.generate`` on a model of identical dims, A/B interleaved, both producing exactly
 the same number of tokens, and prints the ratio of tokens/s. ``--profile`` prints where our time
 goes.
+
+``decode --run-dir RUN`` (evaluation/benchmark_decode.py, ``benchmark_engines``) decodes real
+sentences of a trained run through every engine, interleaved, and scores each: our search,
+CTranslate2 float32 and int8, HF ``generate`` on the mapped weights.
 
 ``train`` (evaluation/benchmark_train.py) times full training steps, the ``train_step`` train.py
 runs (forward, label-smoothed loss, backward, clipping, Adam and schedule step), on random
@@ -43,7 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from data.errors import report_user_errors
 from evaluation.benchmark_data import MULTI30K, TARGET_CORES, benchmark_data, data_rows
-from evaluation.benchmark_decode import benchmark_decode, decode_rows
+from evaluation.benchmark_decode import (
+    benchmark_decode,
+    benchmark_engines,
+    decode_rows,
+    engine_rows,
+)
 from evaluation.benchmark_train import benchmark_train, train_rows
 from evaluation.tables import format_table, machine_line
 
@@ -69,8 +79,30 @@ def run_data(args: argparse.Namespace) -> dict:
     return fig
 
 
+def run_engines(args: argparse.Namespace) -> dict:
+    """decode --run-dir: ours vs CTranslate2 fp32/int8 vs HF generate on a trained run."""
+    fig = benchmark_engines(
+        args.run_dir,
+        args.split,
+        args.sentences,
+        args.beam,
+        repeats=args.repeats,
+        num_threads=args.threads,
+    )
+    print(
+        f"\ndecode engines, {machine_line(fig)}, {fig['num_threads']} threads: "
+        f"{fig['sentences']} sentences of {fig['split']} from {fig['run_dir']} "
+        f"({fig['checkpoint']}), beam {fig['beam']}, median of {fig['repeats']} interleaved runs"
+    )
+    headers = ("system", "tokens/s", "range", "s/run", "sacreBLEU", "same as ours")
+    print(format_table(headers, engine_rows(fig)))
+    return fig
+
+
 def run_decode(args: argparse.Namespace) -> dict:
     """Run the decode benchmark from parsed arguments and print its table."""
+    if args.run_dir is not None:
+        return run_engines(args)
     fig = benchmark_decode(
         args.sentences,
         args.beam,
@@ -215,6 +247,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     decode.add_argument("--vocab-size", type=int, default=8000)
     decode.add_argument("--threads", type=int, default=None, help="torch threads (default all)")
     decode.add_argument("--profile", action="store_true", help="print where our time goes")
+    decode.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="a trained run: ours vs CTranslate2 fp32/int8 vs HF generate, tokens/s and BLEU "
+        "on --sentences of --split",
+    )
+    decode.add_argument("--split", default="test", help="with --run-dir: the split to decode")
     decode.set_defaults(run=run_decode)
 
     train = commands.add_parser("train", help="train-step tokens/s, MFU, memory; vs HF Marian")

@@ -1,0 +1,158 @@
+"""A run's checkpoint as a Hugging Face Marian folder: weights, config and tokenizer files.
+
+The folder loads with ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained``
+(no network), and translates raw text as ``evaluate.py beam=1`` does. Our joint SentencePiece
+model (data/tokenizer.py: pad 0, unk 1, bos 2, eos 3) serves both sides: ``source.spm`` and
+``target.spm`` are the same file, and ``vocab.json`` maps every piece to its SentencePiece id,
+so MarianTokenizer yields our ids and appends EOS as we do. The weights are mapped by
+model/marian.py (sinusoidal runs only).
+
+One difference cannot be written into the folder: Marian's LayerNorms use eps 1e-5, hard-coded
+(``MarianConfig`` has no eps field), where ours default to 1e-6. ``export.json`` records both;
+``tests/test_export.py`` measures the effect (README "Use the model elsewhere"). Callers that
+want the exact network set the modules' eps after loading: ``model.marian.set_layer_norm_eps``.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from data.errors import UserError
+from data.files import write_json
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from evaluation.run import load_run, rebuild_model
+from model.marian import check_mappable, layer_norm_eps, to_marian
+
+MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
+
+
+class ExportError(UserError):
+    """A run that cannot be exported, or a folder that cannot be written."""
+
+
+def write_tokenizer_files(tokenizer: Tokenizer, out: Path, src_lang: str, tgt_lang: str) -> None:
+    """source.spm, target.spm (our joint model), vocab.json and MarianTokenizer's config."""
+    from transformers import MarianTokenizer
+
+    shutil.copyfile(tokenizer.path, out / "source.spm")
+    shutil.copyfile(tokenizer.path, out / "target.spm")
+    pieces = tokenizer.pieces()
+    if len(set(pieces)) != len(pieces):
+        raise ExportError(
+            f"tokenizer {tokenizer.path} has duplicate pieces: cannot write vocab.json"
+        )
+    (out / "vocab.json").write_text(
+        json.dumps({piece: i for i, piece in enumerate(pieces)}, ensure_ascii=False, indent=0)
+    )
+    marian_tokenizer = MarianTokenizer(
+        str(out / "source.spm"),
+        str(out / "target.spm"),
+        str(out / "vocab.json"),
+        source_lang=src_lang,
+        target_lang=tgt_lang,
+        bos_token="<s>",
+    )
+    marian_tokenizer.save_pretrained(str(out))
+    check_tokenizer(marian_tokenizer, tokenizer)
+
+
+def check_tokenizer(marian_tokenizer, tokenizer: Tokenizer) -> None:
+    """Raise ExportError unless every id round-trips and the special ids are ours."""
+    specials = (
+        marian_tokenizer.pad_token_id,
+        marian_tokenizer.unk_token_id,
+        marian_tokenizer.bos_token_id,
+        marian_tokenizer.eos_token_id,
+    )
+    if specials != (PAD_ID, 1, BOS_ID, EOS_ID):
+        raise ExportError(f"MarianTokenizer gives special ids pad/unk/bos/eos={specials}")
+    ids = list(range(tokenizer.vocab_size))
+    back = marian_tokenizer.convert_tokens_to_ids(marian_tokenizer.convert_ids_to_tokens(ids))
+    if back != ids:
+        wrong = next(i for i, j in zip(ids, back, strict=True) if i != j)
+        raise ExportError(f"id {wrong} does not round-trip through vocab.json")
+
+
+def export_hf(
+    run_dir: str | Path, out: str | Path, checkpoint: str = "last", max_positions: int = 1024
+) -> Path:
+    """Write the run's checkpoint as a Marian folder at out; returns out.
+
+    max_positions: rows of Marian's sinusoid table (its longest sequence; ours has no cap).
+    """
+    state, tag = load_run(Path(run_dir), checkpoint)
+    model, tokenizer = rebuild_model(state, torch.device("cpu"))
+    try:
+        check_mappable(model)
+    except UserError as e:
+        raise ExportError(f"run {run_dir}: {e}") from None
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ExportError(f"--out {out} exists and is not empty: pass a new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    marian = to_marian(model, max_positions)
+    marian.generation_config = generation_config(max_positions)
+    marian.save_pretrained(str(out))
+    data = state["config"]["data"]
+    write_tokenizer_files(tokenizer, out, data["src_lang"], data["tgt_lang"])
+    write_json(
+        out / "export.json",
+        {
+            "run_dir": str(Path(run_dir).resolve()),
+            "checkpoint": tag,
+            "step": state.get("step"),
+            "tokenizer_sha256": tokenizer.sha256,
+            "layer_norm_eps": {"trained": layer_norm_eps(model), "marian": MARIAN_LAYER_NORM_EPS},
+            "search": "greedy (num_beams 1); Marian's beam search divides by |Y|^alpha, not GNMT",
+        },
+    )
+    return out
+
+
+def generation_config(max_positions: int):
+    """Greedy search (our evaluate.py beam=1), EOS forced at the last position."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        num_beams=1,
+        do_sample=False,
+        max_length=max_positions,
+        decoder_start_token_id=BOS_ID,
+        bos_token_id=BOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+        forced_eos_token_id=EOS_ID,
+    )
+
+
+def translate_with_transformers(folder: str | Path, sentences: list[str], batch_size: int = 32):
+    """Translations by the folder alone: the ``translation`` pipeline where transformers has one.
+
+    transformers 5 removed that pipeline; there the same steps are run by hand (tokenize with
+    padding, ``generate`` with the folder's generation config, decode without special tokens).
+    """
+    from transformers import MarianMTModel, MarianTokenizer
+
+    folder = str(folder)
+    try:
+        from transformers import pipeline
+
+        translator = pipeline("translation", model=folder, device="cpu")
+    except (KeyError, ValueError):
+        translator = None
+    if translator is not None:
+        outputs = translator(list(sentences), batch_size=batch_size)
+        return [o["translation_text"] for o in outputs]
+    tokenizer = MarianTokenizer.from_pretrained(folder)
+    model = MarianMTModel.from_pretrained(folder).eval()
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        inputs = tokenizer(
+            list(sentences[start : start + batch_size]), return_tensors="pt", padding=True
+        )
+        with torch.no_grad():
+            generated = model.generate(**inputs)
+        out += tokenizer.batch_decode(generated, skip_special_tokens=True)
+    return out

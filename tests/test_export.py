@@ -1,0 +1,164 @@
+"""scripts/export_hf.py: a quickstart-like run as a Marian folder that translates as evaluate.py.
+
+The folder is loaded in a fresh Python process with no network (HF_HUB_OFFLINE=1) and
+translates the toy test set exactly as ``evaluate.py beam=1`` does; MarianTokenizer gives our
+ids, EOS appended; other position variants are refused with one line.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from data.corpus import load_split
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from evaluate import evaluate
+from evaluation.export import ExportError, export_hf
+from evaluation.run import load_run, rebuild_model
+from tests.conftest import ROOT, compose_config, tiny_run_overrides
+
+MAX_POSITIONS = 100  # Marian's table, and generate's max_length
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+FRESH_PROCESS = """
+import json, sys
+from transformers import MarianMTModel, MarianTokenizer
+from evaluation.export import translate_with_transformers
+folder, sources = sys.argv[1], json.load(open(sys.argv[2]))
+tokenizer = MarianTokenizer.from_pretrained(folder)
+MarianMTModel.from_pretrained(folder)
+ids = tokenizer(sources).input_ids
+every = list(range(tokenizer.vocab_size))
+round_trip = tokenizer.convert_tokens_to_ids(tokenizer.convert_ids_to_tokens(every)) == every
+print(json.dumps({"ids": ids, "round_trip": round_trip,
+                  "hyps": translate_with_transformers(folder, sources)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(trained_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("export") / "marian"
+    result = subprocess.run(
+        [sys.executable, "scripts/export_hf.py", "--run-dir", str(trained_run), "--out", str(out)]
+        + ["--max-positions", str(MAX_POSITIONS)],
+        cwd=ROOT,
+        env=os.environ | OFFLINE,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def test_split(trained_run):
+    state, _ = load_run(trained_run, "last")
+    from omegaconf import OmegaConf
+
+    dataset = load_split(OmegaConf.create(state["config"]["data"]), "test")
+    return list(dataset["src"]), list(dataset["tgt"])
+
+
+@pytest.fixture(scope="module")
+def fresh_process(folder, test_split, tmp_path_factory):
+    sources = tmp_path_factory.mktemp("sources") / "test.json"
+    sources.write_text(json.dumps(test_split[0]))
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(folder), str(sources)],
+        cwd=ROOT,
+        env=os.environ | OFFLINE,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_folder_holds_what_from_pretrained_needs(folder):
+    names = {p.name for p in folder.iterdir()}
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        assert name in names
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        assert name in names
+    info = json.loads((folder / "export.json").read_text())
+    assert info["layer_norm_eps"] == {"trained": 1e-6, "marian": 1e-5}
+
+
+def test_tokenizer_gives_our_ids_with_eos(trained_run, test_split, fresh_process):
+    _, tokenizer = rebuild_model(load_run(trained_run, "last")[0], torch.device("cpu"))
+    ours = [ids + [EOS_ID] for ids in tokenizer.encode(test_split[0])]
+    assert fresh_process["ids"] == ours
+    assert fresh_process["round_trip"]
+
+
+def test_translations_match_evaluate_greedy_on_the_toy_test_set(trained_run, fresh_process):
+    """Identical, except where our search hit its cap (source + 50) and forced EOS there.
+
+    generate caps a batch at one length (MAX_POSITIONS), not each sentence at its own, so a
+    sentence that runs to our cap goes on there; a trained model (README) reaches no cap.
+    """
+    from model.search import greedy_search
+
+    scores = evaluate(
+        compose_config([f"run_dir={trained_run}", "split=test", "beam=1"], "evaluate")
+    )
+    ours = (trained_run / "eval" / f"{scores['name']}.hyp").read_text().splitlines()
+    theirs = fresh_process["hyps"]
+    assert len(ours) == len(theirs) == 500
+    differ = [i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b]
+    model, tokenizer = rebuild_model(load_run(trained_run, "last")[0], torch.device("cpu"))
+    capped = 0
+    for i in differ:
+        src = fresh_process["ids"][i]
+        hyp = greedy_search(model, torch.tensor([src]), BOS_ID, EOS_ID, 50)[0]
+        capped += len(hyp) == len(src) - 1 + 50 - 1
+    print(f"{500 - len(differ)} of 500 identical; the {len(differ)} others hit our cap: {capped}")
+    assert capped == len(differ)
+    assert len(differ) < 250
+
+
+def test_marians_layer_norm_eps_changes_logits_by_little(folder, trained_run, test_split):
+    from transformers import MarianMTModel
+
+    from data.batching import collate
+
+    model, tokenizer = rebuild_model(load_run(trained_run, "last")[0], torch.device("cpu"))
+    src = [ids + [EOS_ID] for ids in tokenizer.encode(test_split[0][:64])]
+    tgt = [ids + [EOS_ID] for ids in tokenizer.encode(test_split[1][:64])]
+    examples = [{"src_ids": s, "tgt_ids": t} for s, t in zip(src, tgt, strict=True)]
+    batch = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)
+    marian = MarianMTModel.from_pretrained(str(folder)).eval()
+    assert {m.eps for m in marian.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
+    with torch.no_grad():
+        ours = model(batch["src"], batch["tgt_in"])
+        theirs = marian(
+            input_ids=batch["src"],
+            attention_mask=batch["src"].ne(PAD_ID),
+            decoder_input_ids=batch["tgt_in"],
+        ).logits
+    diff = (ours - theirs)[batch["tgt_out"] != PAD_ID].abs().max().item()
+    print(f"eps 1e-5 vs 1e-6: max |logit difference| {diff:.2e}")
+    assert diff < 1e-3
+
+
+def test_other_position_variants_are_refused_with_one_line(tmp_path, cache_dir):
+    from train import train
+
+    run_dir = tmp_path / "learned"
+    overrides = ["position=learned", "trainer.max_steps=2", "trainer.eval_every=2"]
+    train(compose_config(tiny_run_overrides(run_dir, cache_dir, *overrides)))
+    with pytest.raises(ExportError, match="only fixed sinusoidal absolute positions"):
+        export_hf(run_dir, tmp_path / "out")
+    result = subprocess.run(
+        [sys.executable, "scripts/export_hf.py", "--run-dir", str(run_dir), "--out", "x"],
+        cwd=ROOT,
+        env=os.environ | OFFLINE,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert not (ROOT / "x").exists()
