@@ -15,7 +15,9 @@ Training choices:
   the sample does not depend on SentencePiece's own sampler.
 - The model is serialised in memory and written atomically (temporary directory, then rename):
   a killed or concurrent run never leaves a half-written model, and the file bytes (hence
-  ``Tokenizer.sha256``) depend only on the sample, the options and the thread count.
+  ``Tokenizer.sha256``) depend only on the sample and the options: SentencePiece writes its
+  ``num_threads`` into the model, which is cleared before saving, so a model trained on 1 CPU
+  and one trained on 16 are the same file (the pieces and scores do not depend on it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -162,6 +165,18 @@ def _training_error(error: Exception, vocab_size: int) -> ValueError:
     return _data_error(f"tokenizer training failed: {message}")
 
 
+def without_thread_count(model: bytes) -> bytes:
+    """A serialized SentencePiece model with its trainer's ``num_threads`` cleared.
+
+    The thread count changes neither the pieces nor their scores, only this recorded field;
+    clearing it makes the bytes (and the sha256 checkpoints keep) independent of the CPU count.
+    """
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    proto.trainer_spec.ClearField("num_threads")
+    return proto.SerializeToString(deterministic=True)
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
@@ -202,7 +217,7 @@ def train_tokenizer(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        (tmp_dir / MODEL_FILE).write_bytes(writer.getvalue())
+        (tmp_dir / MODEL_FILE).write_bytes(without_thread_count(writer.getvalue()))
         meta = {
             **options,
             "seed": seed,
