@@ -26,6 +26,7 @@ from tqdm import tqdm
 from data.batching import TokenBatchSampler, collate
 from data.bleu import sacrebleu_score
 from data.corpus import PreparedData, prepare_data, sequence_lengths
+from data.errors import UserError
 from data.files import write_json
 from data.tokenizer import PAD_ID
 from model.checkpoint import (
@@ -37,6 +38,7 @@ from model.checkpoint import (
 from model.device import resolve_device, use_bf16
 from model.loss import forward_backward, perplexity
 from model.optim import noam_adam
+from model.run_lock import RunDirectoryLock
 from model.transformer import build_model, count_parameters
 from model.translate import translate
 
@@ -57,8 +59,18 @@ def on_rank_zero(value, otherwise=None):
     return value if process_rank() == 0 else otherwise
 
 
+def launch_id() -> str:
+    """This launch's process id (torchrun's agent's under torchrun): a config resolver.
+
+    In the default run and sweep directories (configs/train.yaml), so two launches in the same
+    second get two folders. Cached, so every job of a sweep resolves the same sweep folder.
+    """
+    return str(os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid())
+
+
 # Under torchrun only rank 0 writes Hydra's .hydra/ and train.log (configs/train.yaml).
 OmegaConf.register_new_resolver("on_rank_zero", on_rank_zero, replace=True)
+OmegaConf.register_new_resolver("launch_id", launch_id, replace=True, use_cache=True)
 
 
 def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
@@ -131,7 +143,17 @@ def log_progress(writer: SummaryWriter, step: int, values: dict[str, float], eta
 
 
 def train(cfg: DictConfig) -> dict:
-    """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json)."""
+    """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json).
+
+    The main process holds the run directory's lock throughout: a second process refuses
+    before it reads or changes anything there.
+    """
+    with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
+        return train_holding_lock(cfg)
+
+
+def train_holding_lock(cfg: DictConfig) -> dict:
+    """train()'s work, in a run directory this process holds (on rank 0)."""
     rank, world, device = start_process(cfg.trainer)
     bf16 = use_bf16(cfg.trainer.precision, device)
     run_dir, main_rank, trainer = Path(cfg.run_dir), rank == 0, cfg.trainer
@@ -361,7 +383,7 @@ def main(cfg: DictConfig) -> None:
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     try:
         train(cfg)
-    except (ValueError, OSError, FloatingPointError) as e:
+    except (UserError, ValueError, OSError, FloatingPointError) as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(f"error: {e}", file=sys.stderr)

@@ -1,0 +1,67 @@
+"""One run, one directory: unique default folders per launch, and a live run's folder locked.
+
+Real command lines (`python train.py ...`), run from a scratch working directory so their
+default `outputs/` folders land there.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from data.corpus import prepare_data
+from tests.conftest import ROOT, compose_config
+from tests.test_reliability import quick_overrides
+from tests.test_run_lock import hold_lock
+
+
+def launch(cwd: Path, overrides: list[str]) -> subprocess.Popen:
+    """`python <ROOT>/train.py <overrides>` started in cwd."""
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), *overrides],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_two_launches_in_the_same_second_get_two_folders(tmp_path, cache_dir):
+    overrides = quick_overrides(cache_dir, "trainer.max_steps=2")
+    prepare_data(compose_config(overrides).data, cache_dir, log=lambda _: None)  # warm the cache
+    procs = {seed: launch(tmp_path, [*overrides, f"seed={seed}"]) for seed in (1, 2)}
+    for proc in procs.values():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+    runs = sorted(p.parent for p in tmp_path.glob("outputs/*/*/metrics.json"))
+    assert len(runs) == 2, runs
+    seeds = {json.loads((run / "metrics.json").read_text())["seed"]: run for run in runs}
+    assert sorted(seeds) == [1, 2]
+    for seed, proc in procs.items():
+        assert seeds[seed].name.endswith(f"-{proc.pid}")  # <time>-<process id>
+        steps = sorted(p.name for p in (seeds[seed] / "checkpoints").glob("step_*.pt"))
+        assert steps == ["step_1.pt", "step_2.pt"]
+
+
+def test_a_second_process_on_a_live_run_directory_is_refused_and_deletes_nothing(
+    tmp_path, cache_dir
+):
+    run_dir = tmp_path / "live"
+    in_flight = run_dir / "checkpoints" / ".last.pt.x1y2z3.tmp"  # the live run's save under way
+    in_flight.parent.mkdir(parents=True)
+    in_flight.write_bytes(b"half a checkpoint")
+    holder = hold_lock(run_dir)
+    try:
+        second = launch(tmp_path, [*quick_overrides(cache_dir), f"hydra.run.dir={run_dir}"])
+        _, err = second.communicate(timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert second.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert lines[-1].startswith(f"error: run directory {run_dir} is in use by process {holder.pid}")
+    assert in_flight.read_bytes() == b"half a checkpoint"
+    assert not (run_dir / "metrics.json").exists() and not (run_dir / "data.json").exists()
