@@ -71,7 +71,7 @@ def evaluate(cfg: DictConfig) -> dict:
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
-    model, tokenizer = rebuild_model(state, device)
+    model, tokenizer = rebuild_model(state, device, run_dir)
     if cfg.src_file:
         name = cfg.name or Path(cfg.src_file).stem
     else:
@@ -129,7 +129,8 @@ def translate_stdin(cfg: DictConfig) -> None:
             handler.setStream(sys.stderr)
     check_options(cfg)
     device = resolve_device(cfg.device)
-    model, tokenizer = rebuild_model(load_run(Path(cfg.run_dir), str(cfg.checkpoint))[0], device)
+    run_dir = Path(cfg.run_dir)
+    model, tokenizer = rebuild_model(load_run(run_dir, str(cfg.checkpoint))[0], device, run_dir)
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     kept, _ = fitting_lines(model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin")
     out = [""] * len(lines)

@@ -25,11 +25,12 @@ from tqdm import tqdm
 
 from data.batching import TokenBatchSampler, collate
 from data.bleu import sacrebleu_score
-from data.corpus import PreparedData, prepare_data, sequence_lengths
+from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
 from data.errors import UserError
 from data.files import write_json
 from data.tokenizer import PAD_ID
 from model.checkpoint import (
+    RUN_TOKENIZER,
     load_latest_checkpoint,
     prune_checkpoints,
     remove_temporary_files,
@@ -94,7 +95,8 @@ def load_data(cfg: DictConfig, rank: int, world: int) -> PreparedData:
     data = prepare_data(cfg.data, cfg.cache_dir, log=log.info)
     if world > 1 and rank == 0:
         dist.barrier()
-    if rank == 0:
+    if rank == 0:  # the run's own copy: evaluation and resume need no cache (README)
+        data.tokenizer = data.tokenizer.copy_to(Path(cfg.run_dir) / RUN_TOKENIZER)
         sizes = {name: len(split) for name, split in data.splits.items()}
         tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
         summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
@@ -202,6 +204,8 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
     writer = SummaryWriter(run_dir / "tensorboard") if main_rank else None
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    # corpus paths made absolute: the run's evaluation finds them from any working directory
+    resolved["data"] = absolute_local_paths(resolved["data"], os.getcwd())
 
     def save(name: str) -> None:
         if main_rank:
@@ -215,7 +219,11 @@ def train_holding_lock(cfg: DictConfig) -> dict:
                 "best_ppl": best_ppl,
                 "tokens_seen": tokens_seen,
                 "config": resolved,
-                "tokenizer": {"path": str(data.tokenizer.path), "sha256": data.tokenizer.sha256},
+                "tokenizer": {
+                    "path": str(data.tokenizer.path),
+                    "sha256": data.tokenizer.sha256,
+                    "run_file": RUN_TOKENIZER,
+                },
             }
             save_checkpoint(state, ckpt_dir / name)
 

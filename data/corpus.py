@@ -515,24 +515,37 @@ def _encode_split(
 
 
 def prepare_data(
-    data_cfg: Any, cache_dir: str | Path, log: Callable[[str], None] = print
+    data_cfg: Any,
+    cache_dir: str | Path,
+    log: Callable[[str], None] = print,
+    tokenizer_path: str | Path | None = None,
+    required_splits: tuple[str, ...] = ("train",),
 ) -> PreparedData:
-    """Load, tokenise (with caching) and clean the corpus described by the data config."""
+    """Load, tokenise (with caching) and clean the corpus described by the data config.
+
+    tokenizer_path: use this SentencePiece model (a resumed run's own) instead of the cached or
+    newly trained one. required_splits: splits that must exist, checked before any tokenizing.
+    """
     cfg = _as_config(data_cfg)
     cache_dir = Path(cache_dir)
     num_proc = int(cfg.get("num_proc") or 1)
     corpus = select_direction(
         _instantiate_corpus(cfg), str(_require(cfg, "src_lang")), str(_require(cfg, "tgt_lang"))
     )
-    if "train" not in corpus:
-        raise DataError(
-            f"the corpus has no 'train' split (found {', '.join(corpus) or 'none'}); "
-            "add one to data.corpus"
-        )
+    for split in ("train", *required_splits):
+        if split not in corpus:
+            raise DataError(
+                f"the corpus has no '{split}' split (found {', '.join(corpus) or 'none'}); "
+                "add one to data.corpus"
+            )
     if len(corpus["train"]) == 0:
         raise DataError("the 'train' split is empty; check data.corpus")
     identity = data_identity(cfg)
-    tokenizer = _load_or_train_tokenizer(corpus["train"], identity, cfg, cache_dir, log)
+    if tokenizer_path is not None:
+        tokenizer = Tokenizer(tokenizer_path)
+        log(f"data: tokenizer {tokenizer.path} (vocab {tokenizer.vocab_size})")
+    else:
+        tokenizer = _load_or_train_tokenizer(corpus["train"], identity, cfg, cache_dir, log)
     splits = datasets.DatasetDict(
         {
             split: _encode_split(ds, split, tokenizer, identity, cache_dir, num_proc, log)
@@ -544,6 +557,26 @@ def prepare_data(
     )
     log(f"data: train cleaning: {_counts_line(counts)}")
     return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts)
+
+
+def absolute_local_paths(node: Any, base: str | Path) -> Any:
+    """A copy of a resolved config node whose relative paths that exist under base are absolute.
+
+    A run stores its data config this way, so evaluation finds the corpus from any working
+    directory; strings that name nothing under base (hub ids, languages) stay as they are.
+    """
+    if isinstance(node, Mapping):
+        return {key: absolute_local_paths(value, base) for key, value in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [absolute_local_paths(value, base) for value in node]
+    if isinstance(node, str) and node and not os.path.isabs(node):
+        try:
+            candidate = Path(base) / Path(node).expanduser()
+            if candidate.exists():
+                return str(candidate.resolve())
+        except (OSError, ValueError):
+            pass
+    return node
 
 
 def load_split(data_cfg: Any, split: str) -> datasets.Dataset:

@@ -108,6 +108,21 @@ class Tokenizer:
                 f"{state['sha256']}); rerun data preparation"
             )
 
+    def copy_to(self, path: str | Path) -> Tokenizer:
+        """This model copied to path atomically (kept as it is if path holds the same bytes)."""
+        path = Path(path)
+        if not (path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == self.sha256):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.path.read_bytes())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return Tokenizer(path)
+
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Return the subword ids of each text, without BOS/EOS."""
         return self._sp.encode(list(texts), out_type=int)

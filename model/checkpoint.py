@@ -18,6 +18,8 @@ from data.tokenizer import PAD_ID, Tokenizer
 from model.transformer import build_model
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+# Where a run keeps its own copy of the tokenizer, relative to the run directory.
+RUN_TOKENIZER = "tokenizer/spm.model"
 TEMP_SUFFIX = ".tmp"
 
 
@@ -247,16 +249,36 @@ def _checked(state, source) -> dict:
     return state
 
 
-def rebuild_model(state: dict, device) -> tuple[torch.nn.Module, Tokenizer]:
-    """The model and tokenizer described by a checkpoint's stored config."""
+def run_tokenizer(state: dict, run_dir: str | Path | None = None) -> Tokenizer:
+    """The tokenizer a checkpoint was trained with: the run folder's copy, else its stored path.
+
+    The copy in <run_dir>/tokenizer/ makes a run folder self-contained (the shared cache can be
+    deleted, the folder moved); a file whose sha256 differs from the checkpoint's is refused.
+    """
+    wanted = str(state["tokenizer"]["sha256"])
+    places = [Path(state["tokenizer"]["path"])]
+    if run_dir is not None:
+        places.insert(0, Path(run_dir) / state["tokenizer"].get("run_file", RUN_TOKENIZER))
+    for path in places:
+        if path.is_file():
+            tokenizer = Tokenizer(path)
+            if tokenizer.sha256 != wanted:
+                raise CheckpointError(
+                    f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained "
+                    f"with (sha256 {tokenizer.sha256[:12]} != {wanted[:12]}): restore that "
+                    "tokenizer file or retrain"
+                )
+            return tokenizer
+    raise CheckpointError(
+        f"the tokenizer this checkpoint was trained with (sha256 {wanted[:12]}) is in none of "
+        f"{', '.join(map(str, places))}: restore {places[0]} or retrain"
+    )
+
+
+def rebuild_model(state: dict, device, run_dir=None) -> tuple[torch.nn.Module, Tokenizer]:
+    """The model and tokenizer described by a checkpoint's stored config (see run_tokenizer)."""
     config = OmegaConf.create(state["config"])
-    tokenizer = Tokenizer(state["tokenizer"]["path"])
-    if tokenizer.sha256 != state["tokenizer"]["sha256"]:
-        raise CheckpointError(
-            f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained with "
-            f"(sha256 {tokenizer.sha256[:12]} != {str(state['tokenizer']['sha256'])[:12]}): "
-            "restore that tokenizer file or retrain"
-        )
+    tokenizer = run_tokenizer(state, run_dir)
     model = build_model(config.model, config.position, tokenizer.vocab_size, PAD_ID)
     try:
         model.load_state_dict(state["model"])

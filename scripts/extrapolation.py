@@ -205,7 +205,7 @@ def kept_lines(run_dir: Path, srcs: list[str], refs: list[str], scores: dict) ->
     from model.checkpoint import load_run, rebuild_model
     from model.translate import fitting_lines
 
-    model, tokenizer = rebuild_model(load_run(run_dir, "last")[0], torch.device("cpu"))
+    model, tokenizer = rebuild_model(load_run(run_dir, "last")[0], torch.device("cpu"), run_dir)
     where = f"{scores['name']} of {run_dir}"
     return fitting_lines(model, tokenizer, srcs, refs, scores["max_len_b"], "skip", where)[0]
 
