@@ -18,6 +18,7 @@ from pathlib import Path
 import hydra
 import torch
 import torch.distributed as dist
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
@@ -39,7 +40,7 @@ from model.checkpoint import (
 from model.device import resolve_device, use_bf16
 from model.loss import forward_backward, perplexity
 from model.optim import noam_adam
-from model.run_lock import RunDirectoryLock
+from model.run_directory import RunDirectoryLock, folder_name
 from model.transformer import build_model, count_parameters
 from model.translate import translate
 
@@ -72,12 +73,31 @@ def launch_id() -> str:
 # Under torchrun only rank 0 writes Hydra's .hydra/ and train.log (configs/train.yaml).
 OmegaConf.register_new_resolver("on_rank_zero", on_rank_zero, replace=True)
 OmegaConf.register_new_resolver("launch_id", launch_id, replace=True, use_cache=True)
+OmegaConf.register_new_resolver("folder_name", folder_name, replace=True)
+
+
+def position_choice(position: DictConfig) -> str:
+    """The name the position variant was chosen by: Hydra's choice (position=rope_base500k).
+
+    Without Hydra's runtime (a config composed in-process), the configs/position YAML whose
+    content equals the node, else the class name. Runs are compared by this name, so two YAMLs
+    of one class (rope vs rope_base500k) stay two variants.
+    """
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get("position")
+        if choice:
+            return str(choice)
+    wanted = OmegaConf.to_container(position, resolve=True)
+    for path in sorted((Path(__file__).parent / "configs" / "position").glob("*.yaml")):
+        if OmegaConf.to_container(OmegaConf.load(path), resolve=True) == wanted:
+            return path.stem
+    return str(position._target_).rsplit(".", 1)[-1]
 
 
 def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
     """This process's rank, the world size and its device; joins the DDP group under torchrun."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)))
+    device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)), "trainer.device")
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if trainer.num_threads:
@@ -166,7 +186,11 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     dev_set = data.splits["validation"]
     model = build_model(cfg.model, cfg.position, data.tokenizer.vocab_size, PAD_ID).to(device)
     position = cfg.position._target_.rsplit(".", 1)[-1]
-    log.info(f"model: {count_parameters(model):,} parameters, position={position}")
+    choices = {"position": position_choice(cfg.position)}
+    log.info(
+        f"model: {count_parameters(model):,} parameters, position={choices['position']} "
+        f"({position})"
+    )
     optim = cfg.optim
     optimizer, schedule = noam_adam(
         model.parameters(), cfg.model.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
@@ -219,6 +243,7 @@ def train_holding_lock(cfg: DictConfig) -> dict:
                 "best_ppl": best_ppl,
                 "tokens_seen": tokens_seen,
                 "config": resolved,
+                "choices": choices,
                 "tokenizer": {
                     "path": str(data.tokenizer.path),
                     "sha256": data.tokenizer.sha256,
@@ -342,6 +367,7 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         "tokens_per_s": round(tokens_seen / max(wall, 1e-9), 1),
         "parameters": count_parameters(model),
         "position": position,
+        "position_choice": choices["position"],
         "seed": cfg.seed,
         "update_freq": update_freq,
         "world_size": world,

@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,23 +115,28 @@ def read_lines(path: str | Path, field: str) -> list[str]:
     if not path.is_file():
         what = "is not a file" if path.exists() else "not found"
         raise DataError(f"{field}={path}: {what}; create it or pass an existing UTF-8 text file")
-    lines = []
     with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{field}={path}: invalid UTF-8 on line {number} (byte {e.start} of the "
-                    "line); re-encode the file as UTF-8"
-                ) from e
-            if number == 1 and line.startswith("\ufeff"):
-                line = line[1:]
-            if line.endswith("\n"):
-                line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-            lines.append(line)
+        return decode_lines(f, f"{field}={path}")
+
+
+def decode_lines(raw_lines: Iterable[bytes], where: str) -> list[str]:
+    """UTF-8 lines of a binary stream without their terminators (see read_lines); where names it."""
+    lines = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{where}: invalid UTF-8 on line {number} (byte {e.start} of the line); "
+                "re-encode it as UTF-8"
+            ) from e
+        if number == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        if line.endswith("\n"):
+            line = line[:-1]
+        if line.endswith("\r"):
+            line = line[:-1]
+        lines.append(line)
     return lines
 
 

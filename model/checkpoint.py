@@ -15,6 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from data.tokenizer import PAD_ID, Tokenizer
+from model.resume import setting_differences
 from model.transformer import build_model
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
@@ -76,12 +77,15 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint on the CPU without unpickling arbitrary objects."""
+    """Load a checkpoint on the CPU without unpickling arbitrary objects (file: where from)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist: train first or pick another")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if isinstance(state, dict):
+            state["file"] = str(path.resolve())
+        return state
     except Exception as e:  # truncated file, foreign pickle, ...
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is unreadable or unsafe: {first_line}") from e
@@ -102,17 +106,46 @@ def prune_checkpoints(directory: str | Path, keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
+def check_same_run(first: dict, first_path: Path, other: dict, other_path: Path) -> None:
+    """CheckpointError unless two checkpoints share the tokenizer and every trajectory setting.
+
+    Settings that leave the training as it was (model.resume.KEEP_THE_MATH: a raised max_steps,
+    logging, ...) may differ, as they do between the segments of one resumed run.
+    """
+    tokenizers = [str(s.get("tokenizer", {}).get("sha256"))[:12] for s in (first, other)]
+    if tokenizers[0] != tokenizers[1]:
+        raise CheckpointError(
+            f"checkpoints {first_path} and {other_path} were trained with different tokenizers "
+            f"(sha256 {tokenizers[0]} vs {tokenizers[1]}): average checkpoints of one run"
+        )
+    refused, _ = setting_differences(first.get("config") or {}, other.get("config") or {})
+    if refused:
+        raise CheckpointError(
+            f"checkpoints {first_path} and {other_path} were trained with different settings "
+            f"({'; '.join(refused)}): average checkpoints of one run"
+        )
+
+
 def average_checkpoints(paths: list[Path]) -> dict:
-    """The first checkpoint with its model weights replaced by the mean over all of them."""
+    """The first checkpoint with its model weights replaced by the mean over all of them.
+
+    Refused (CheckpointError) for checkpoints of different runs: other tokenizers or settings.
+    averaged_steps records the step of each input (the newest is the average's age).
+    """
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
     total = {k: v.double() for k, v in first["model"].items()}
+    steps = [first.get("step")]
     for path in paths[1:]:
-        for k, v in load_checkpoint(path)["model"].items():
+        state = load_checkpoint(path)
+        check_same_run(first, paths[0], state, path)
+        steps.append(state.get("step"))
+        for k, v in state["model"].items():
             total[k] += v.double()
     first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) for k, v in total.items()}
     first["averaged"] = [str(p) for p in paths]
+    first["averaged_steps"] = steps
     return first
 
 
@@ -232,6 +265,26 @@ def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
     if not path.exists() and (ckpt_dir / checkpoint).is_file():
         path = ckpt_dir / checkpoint
     return _checked(load_checkpoint(path), path), path.stem
+
+
+def checkpoint_record(state: dict) -> dict:
+    """What an evaluation records of the checkpoint it scored: its step, file(s) and origin.
+
+    step is the training step the weights reached (for an average, its newest input's), so an
+    evaluation older than its run's last step can be told apart.
+    """
+    steps = [s for s in state.get("averaged_steps") or [state.get("step")] if s is not None]
+    config = state.get("config") or {}
+    position = (state.get("choices") or {}).get("position")
+    if position is None:  # checkpoints written before the choice was recorded: the class name
+        position = str((config.get("position") or {}).get("_target_", "")).rsplit(".", 1)[-1]
+    return {
+        "step": max(steps) if steps else None,
+        "checkpoint_file": state.get("averaged") or state.get("file"),
+        "position": position,
+        "tokenizer_sha256": state["tokenizer"]["sha256"],
+        "data": config.get("data"),
+    }
 
 
 def _checked(state, source) -> dict:

@@ -39,13 +39,14 @@ class CompareError(ValueError):
 
 @dataclass
 class Run:
-    """One finished training run and the evaluation chosen for it."""
+    """One finished training run and the evaluation chosen for it (stale: older than the run)."""
 
     path: Path
     variant: str
     seed: int
     metrics: dict
     scores: dict
+    stale: bool = False
 
 
 def find_run_dirs(paths: list[Path]) -> list[Path]:
@@ -117,7 +118,9 @@ def read_json(path: Path) -> dict:
     return obj
 
 
-def load_run(run_dir: Path, eval_name: str | None, names: dict[str, str]) -> Run:
+def load_run(
+    run_dir: Path, eval_name: str | None, names: dict[str, str], allow_stale: bool = False
+) -> Run:
     """A run's metrics.json and chosen eval JSON, checked for the fields the table needs."""
     metrics = read_json(run_dir / "metrics.json")
     missing = [key for key in METRIC_KEYS if key not in metrics]
@@ -132,9 +135,64 @@ def load_run(run_dir: Path, eval_name: str | None, names: dict[str, str]) -> Run
             f"{path} has no BLEU (it was made without references): evaluate a split, or pass "
             "ref_file=, and name that evaluation with --eval"
         )
-    position = str(metrics["position"])
-    variant = names.get(position, position.removesuffix("PositionEncoding").lower())
-    return Run(run_dir, variant, int(metrics["seed"]), metrics, scores)
+    stale = check_fresh(run_dir, path, metrics, scores, allow_stale)
+    variant = metrics.get("position_choice") or scores.get("position")
+    if not variant:  # runs trained before the choice name was recorded: by class name
+        position = str(metrics["position"])
+        variant = names.get(position, position.removesuffix("PositionEncoding").lower())
+    return Run(run_dir, str(variant), int(metrics["seed"]), metrics, scores, stale)
+
+
+def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
+    """Whether an evaluation scored an older checkpoint than the run's last step (stale).
+
+    A stale evaluation (or one that records no step: written before evaluations did) is a
+    CompareError, or with allow_stale a flagged row.
+    """
+    step, last = scores.get("step"), metrics.get("steps")
+    if step is not None and last is not None and int(step) >= int(last):
+        return False
+    if allow_stale:
+        return True
+    age = f"scored step {step}" if step is not None else "records no checkpoint step"
+    raise CompareError(
+        f"{path} {age} but {run_dir} trained to step {last}: re-evaluate it with `python "
+        f"evaluate.py run_dir={run_dir} name={scores.get('name')}` (with its split or files), "
+        "or pass --allow-stale to compare it flagged"
+    )
+
+
+def corpus_identity(run: Run) -> tuple[str, str]:
+    """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer)."""
+    data = run.scores.get("data") or {}
+    corpus = {
+        "corpus": data.get("corpus"),
+        "direction": [data.get("src_lang"), data.get("tgt_lang")],
+        "split": run.scores.get("split"),
+        "ref_file": run.scores.get("ref_file"),
+    }
+    return json.dumps(corpus, sort_keys=True, default=str), str(run.scores.get("tokenizer_sha256"))
+
+
+def check_poolable(runs: list[Run]) -> None:
+    """CompareError unless every run was scored on one corpus with one tokenizer.
+
+    Perplexity per subword and BLEU on different sentences do not compare: such runs are never
+    pooled into one table.
+    """
+    first = runs[0]
+    for run in runs[1:]:
+        for what, a, b in zip(
+            ("corpus or evaluation split", "tokenizer"),
+            corpus_identity(first),
+            corpus_identity(run),
+            strict=True,
+        ):
+            if a != b:
+                raise CompareError(
+                    f"{first.path} and {run.path} were scored with different {what}s "
+                    f"({a[:80]} vs {b[:80]}): compare runs of one corpus and tokenizer"
+                )
 
 
 def mean(values: list[float]) -> float | None:
@@ -225,7 +283,20 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
         if not refs_file.is_file():
             raise CompareError(f"--refs {refs_file} is not a file: give the references, one a line")
         return refs_file.read_text(encoding="utf-8").splitlines()
-    config_path = run.path / ".hydra" / "config.yaml"
+    if run.scores.get("ref_file"):  # an evaluation of files records them (absolute)
+        return references(run, Path(run.scores["ref_file"]))
+    if run.scores.get("split") and run.scores.get("data"):  # the corpus config it scored
+        from data.corpus import load_split
+        from data.errors import UserError
+
+        try:
+            return list(load_split(run.scores["data"], run.scores["split"])["tgt"])
+        except (UserError, ValueError) as e:
+            raise CompareError(
+                f"cannot load the references of {run.scores['name']} (split "
+                f"{run.scores['split']!r}) for {run.path}: {e}; pass --refs FILE or --resamples 0"
+            ) from e
+    config_path = run.path / ".hydra" / "config.yaml"  # evaluations that recorded neither
     split = str(run.scores["name"]).split("-", 1)[0]
     if not config_path.is_file():
         raise CompareError(
@@ -385,8 +456,9 @@ def markdown(result: dict) -> str:
     ]
     for row in result["variants"]:
         seeds = ", ".join(map(str, row["seeds"]))
+        stale = any(r["stale"] for r in result["runs"] if r["variant"] == row["variant"])
         lines.append(
-            f"| {row['variant']} | {seeds} ({row['n']}) "
+            f"| {row['variant']}{' (stale)' if stale else ''} | {seeds} ({row['n']}) "
             f"| {number(row['dev_ppl_mean'], 2, row['dev_ppl_std'])} "
             f"| {number(row['bleu_mean'], 2, row['bleu_std'])} "
             f"| {number(row['tok_bleu_mean'])} | {row['parameters'] / 1e6:.1f}M "
@@ -400,6 +472,12 @@ def markdown(result: dict) -> str:
         "over seeds.",
         PAPER_NOTE,
     ]
+    if any(r["stale"] for r in result["runs"]):
+        lines += [
+            "",
+            "(stale): at least one run's evaluation scored an older checkpoint than its last "
+            "step (--allow-stale); see eval_step and steps in compare.json.",
+        ]
     if not result["differences"] and len(result["variants"]) > 1:
         lines += ["", f"No {result['baseline']} runs: no differences to a baseline (--baseline)."]
     if result["differences"]:
@@ -535,19 +613,33 @@ def compare(
     refs_file: Path | None = None,
     resamples: int = 1000,
     baseline: str = "sinusoidal",
+    allow_stale: bool = False,
 ) -> dict:
-    """Compare the runs under paths; write the table, compare.json and plots; return the numbers."""
+    """Compare the runs under paths; write the table, compare.json and plots; return the numbers.
+
+    Runs are grouped by the name their position variant was chosen by (position=rope_base500k
+    is not rope); evaluations older than their run's last step are refused unless allow_stale.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     names = variant_names()
-    runs = [load_run(d, eval_name, names) for d in find_run_dirs(paths)]
+    runs = [load_run(d, eval_name, names, allow_stale) for d in find_run_dirs(paths)]
     used = sorted({str(r.scores["name"]) for r in runs})
     if len(used) > 1:
         raise CompareError(
             f"the runs were scored by different evaluations ({', '.join(used)}): "
             "name one for all with --eval NAME"
         )
+    check_poolable(runs)
+    for run in runs:
+        if run.stale:
+            print(
+                f"warning: {run.path}: its {run.scores['name']} scored step "
+                f"{run.scores.get('step')}, the run trained to {run.metrics['steps']} (stale, "
+                "flagged in the table)",
+                file=sys.stderr,
+            )
     groups: dict[str, list[Run]] = {}
     for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
         groups.setdefault(run.variant, []).append(run)
@@ -571,6 +663,8 @@ def compare(
                 "run_dir": str(r.path),
                 "variant": r.variant,
                 "seed": r.seed,
+                "stale": r.stale,
+                "eval_step": r.scores.get("step"),
                 **{k: r.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
                 **{k: r.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
                 "dev_ppl_curve": [[step, value] for step, value in curves[r.path]],
@@ -630,10 +724,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--baseline", default="sinusoidal", help="the variant others are compared to"
     )
+    parser.add_argument(
+        "--allow-stale",
+        action="store_true",
+        help="compare evaluations older than their run's last step, flagged, instead of refusing",
+    )
     args = parser.parse_args(argv)
     try:
         return compare(
-            args.paths, args.eval_name, args.out, args.refs, args.resamples, args.baseline
+            args.paths,
+            args.eval_name,
+            args.out,
+            args.refs,
+            args.resamples,
+            args.baseline,
+            args.allow_stale,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)

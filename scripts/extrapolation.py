@@ -207,7 +207,8 @@ def kept_lines(run_dir: Path, srcs: list[str], refs: list[str], scores: dict) ->
 
     model, tokenizer = rebuild_model(load_run(run_dir, "last")[0], torch.device("cpu"), run_dir)
     where = f"{scores['name']} of {run_dir}"
-    return fitting_lines(model, tokenizer, srcs, refs, scores["max_len_b"], "skip", where)[0]
+    limit = scores.get("max_input_len")
+    return fitting_lines(model, tokenizer, srcs, refs, scores["max_len_b"], "skip", where, limit)[0]
 
 
 def run_lines(

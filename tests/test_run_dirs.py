@@ -13,7 +13,7 @@ from pathlib import Path
 from data.corpus import prepare_data
 from tests.conftest import ROOT, compose_config
 from tests.test_reliability import quick_overrides
-from tests.test_run_lock import hold_lock
+from tests.test_run_directory import hold_lock
 
 
 def launch(cwd: Path, overrides: list[str]) -> subprocess.Popen:
@@ -65,3 +65,26 @@ def test_a_second_process_on_a_live_run_directory_is_refused_and_deletes_nothing
     assert lines[-1].startswith(f"error: run directory {run_dir} is in use by process {holder.pid}")
     assert in_flight.read_bytes() == b"half a checkpoint"
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "data.json").exists()
+
+
+def test_a_sweep_with_a_folder_name_past_255_bytes_runs(tmp_path, cache_dir):
+    note = "n" * 300  # a long override: its folder name would pass the file system's limit
+    overrides = [*quick_overrides(cache_dir, "trainer.max_steps=1"), f"+note={note}"]
+    proc = launch(tmp_path, ["-m", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    (job,) = [p.parent for p in (tmp_path / "sweep").glob("*/metrics.json")]
+    assert len(job.name.encode()) <= 255 and note[:100] in job.name
+    assert f"+note={note}" in (job / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_an_unwritable_run_directory_is_one_line(tmp_path, cache_dir):
+    (tmp_path / "file").write_text("")
+    proc = launch(tmp_path, [*quick_overrides(cache_dir), f"hydra.run.dir={tmp_path}/file/run"])
+    _, err = proc.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert lines == [
+        f"error: hydra.run.dir={tmp_path}/file/run: cannot write there (Not a "
+        "directory); pass a writable directory as hydra.run.dir"
+    ]

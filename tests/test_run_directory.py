@@ -1,4 +1,4 @@
-"""Tests for model/run_lock.py: one process per run directory; a killed holder's lock is freed."""
+"""model/run_directory.py: one process per run directory, a killed holder's lock freed, names."""
 
 import os
 import signal
@@ -7,12 +7,19 @@ import sys
 
 import pytest
 
-from model.run_lock import RunDirectoryInUseError, RunDirectoryLock
+from model.run_directory import (
+    MAX_NAME_BYTES,
+    RunDirectoryError,
+    RunDirectoryInUseError,
+    RunDirectoryLock,
+    check_writable,
+    folder_name,
+)
 from tests.conftest import ROOT
 
 HOLD = """
 import sys, time
-from model.run_lock import RunDirectoryLock
+from model.run_directory import RunDirectoryLock
 lock = RunDirectoryLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(600)
@@ -56,3 +63,20 @@ def test_released_lock_is_free_and_one_process_cannot_take_it_twice(tmp_path):
     with RunDirectoryLock(tmp_path):  # released at the end of the first block
         pass
     assert (tmp_path / ".lock").read_text() == ""  # a clean end leaves no holder on record
+
+
+def test_a_directory_under_a_file_is_one_error_naming_the_key(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RunDirectoryError, match=r"run_dir=.*file/run: cannot write there"):
+        check_writable(tmp_path / "file" / "run", "run_dir")
+    with pytest.raises(RunDirectoryError, match="pass a writable directory as run_dir"):
+        RunDirectoryLock(tmp_path / "file" / "run").acquire()
+
+
+def test_folder_names_stay_under_the_limit_and_apart():
+    assert folder_name("position-learned__seed-1") == "position-learned__seed-1"
+    long_a, long_b = "x" * 300 + "a", "x" * 300 + "b"
+    short_a, short_b = folder_name(long_a), folder_name(long_b)
+    assert len(short_a.encode()) <= MAX_NAME_BYTES and short_a != short_b
+    assert short_a.startswith("x" * 200) and folder_name(long_a) == short_a
+    assert len(folder_name("ü" * 200).encode()) <= MAX_NAME_BYTES  # bytes, not characters
