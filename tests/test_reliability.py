@@ -555,7 +555,7 @@ CASES = {
     "lenpen too large": (
         "evaluate",
         lambda r: [f"run_dir={r / 'run'}", "lenpen=1e9"],
-        ["lenpen=1e9", "from 0 to 10"],
+        ["lenpen=1000000000.0", "from 0 to 10"],
     ),
     "negative lenpen": (
         "evaluate",
