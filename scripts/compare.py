@@ -12,7 +12,9 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,11 @@ PAPER_NOTE = (
 )
 RUN_MARKERS = (".hydra", "checkpoints", "train.log")
 METRIC_KEYS = ("position", "seed", "dev_ppl", "parameters", "steps", "wall_seconds")
+# Table 3's evaluation (validation = newstest2013, last checkpoint, beam 4): what --score makes
+# when no --eval is named, and what trainer.evaluate_at_end writes.
+TABLE3_EVAL = "validation-last-beam4"
+# Evaluation names --score can make: evaluate.py's default names for a split.
+EVAL_NAME = re.compile(r"^(?P<split>.+)-(?P<tag>last|best|avg\d+)-beam(?P<beam>\d+)$")
 # sacreBLEU's default bootstrap seed: the interval of the difference is taken over the resamples
 # its paired test draws (unless SACREBLEU_SEED is set to another seed).
 BOOTSTRAP_SEED = 12345
@@ -93,7 +100,7 @@ def eval_path(run_dir: Path, eval_name: str | None) -> Path:
         if not path.is_file():
             raise CompareError(
                 f"{path} is missing: create it with `python evaluate.py run_dir={run_dir} "
-                f"name={eval_name}` (with the split or files it should score)"
+                f"name={eval_name}` (with the split or files it should score), or pass --score"
             )
         return path
     candidates = sorted(
@@ -101,10 +108,44 @@ def eval_path(run_dir: Path, eval_name: str | None) -> Path:
     )
     if not candidates:
         raise CompareError(
-            f"{run_dir} has no eval/validation*.json: create it with `python evaluate.py "
-            f"run_dir={run_dir}` (newstest2013, beam 4), or name another with --eval"
+            f"{run_dir} has no eval/validation*.json: pass --score to create {TABLE3_EVAL} "
+            f"(newstest2013, beam 4), run `python evaluate.py run_dir={run_dir}`, or name "
+            "another with --eval"
         )
     return candidates[-1]
+
+
+def evaluation_overrides(eval_name: str) -> list[str]:
+    """The evaluate.py overrides that write eval/<eval_name>.json (<split>-<tag>-beam<k>)."""
+    match = EVAL_NAME.match(eval_name)
+    if not match:
+        raise CompareError(
+            f"--score cannot make the evaluation {eval_name!r}: it makes names like "
+            f"{TABLE3_EVAL} (<split>-<last|best|avgN>-beam<k>); create it with evaluate.py"
+        )
+    tag = match["tag"]
+    checkpoint = f"avg:{tag[3:]}" if tag.startswith("avg") else tag
+    return [
+        f"split={match['split']}",
+        f"checkpoint={checkpoint}",
+        f"beam={match['beam']}",
+        f"name={eval_name}",
+    ]
+
+
+def score_run(run_dir: Path, eval_name: str) -> None:
+    """Write run_dir's eval/<eval_name>.json with evaluate.py (its progress and errors shown)."""
+    overrides = [f"run_dir={run_dir.resolve()}", *evaluation_overrides(eval_name)]
+    print(f"scoring {run_dir}: python evaluate.py {' '.join(overrides)}", file=sys.stderr)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), *overrides],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise CompareError(
+            f"evaluate.py failed on {run_dir} (its error is above): fix that run or leave it out"
+        )
 
 
 def read_json(path: Path) -> dict:
@@ -119,15 +160,29 @@ def read_json(path: Path) -> dict:
 
 
 def load_run(
-    run_dir: Path, eval_name: str | None, names: dict[str, str], allow_stale: bool = False
+    run_dir: Path,
+    eval_name: str | None,
+    names: dict[str, str],
+    allow_stale: bool = False,
+    score: bool = False,
 ) -> Run:
-    """A run's metrics.json and chosen eval JSON, checked for the fields the table needs."""
+    """A run's metrics.json and chosen eval JSON, checked for the fields the table needs.
+
+    score: an evaluation that is missing or older than the run's last step is made first
+    (evaluate.py; eval_name, or Table 3's validation-last-beam4).
+    """
     metrics = read_json(run_dir / "metrics.json")
     missing = [key for key in METRIC_KEYS if key not in metrics]
     if missing:
         raise CompareError(
             f"{run_dir}/metrics.json lacks {', '.join(missing)}: was it written by train.py?"
         )
+    if score:
+        eval_name = eval_name or TABLE3_EVAL
+        wanted = run_dir / "eval" / f"{eval_name}.json"
+        step = read_json(wanted).get("step") if wanted.is_file() else None
+        if step is None or int(step) < int(metrics["steps"]):
+            score_run(run_dir, eval_name)
     path = eval_path(run_dir, eval_name)
     scores = read_json(path)
     if "bleu" not in scores:
@@ -156,9 +211,9 @@ def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_st
         return True
     age = f"scored step {step}" if step is not None else "records no checkpoint step"
     raise CompareError(
-        f"{path} {age} but {run_dir} trained to step {last}: re-evaluate it with `python "
-        f"evaluate.py run_dir={run_dir} name={scores.get('name')}` (with its split or files), "
-        "or pass --allow-stale to compare it flagged"
+        f"{path} {age} but {run_dir} trained to step {last}: pass --score to re-evaluate it "
+        f"(or run `python evaluate.py run_dir={run_dir} name={scores.get('name')}` with its "
+        "split or files), or --allow-stale to compare it flagged"
     )
 
 
@@ -614,17 +669,19 @@ def compare(
     resamples: int = 1000,
     baseline: str = "sinusoidal",
     allow_stale: bool = False,
+    score: bool = False,
 ) -> dict:
     """Compare the runs under paths; write the table, compare.json and plots; return the numbers.
 
     Runs are grouped by the name their position variant was chosen by (position=rope_base500k
-    is not rope); evaluations older than their run's last step are refused unless allow_stale.
+    is not rope); evaluations older than their run's last step are refused unless allow_stale;
+    with score, runs lacking a fresh evaluation are scored first (evaluate.py).
     """
     import matplotlib
 
     matplotlib.use("Agg")
     names = variant_names()
-    runs = [load_run(d, eval_name, names, allow_stale) for d in find_run_dirs(paths)]
+    runs = [load_run(d, eval_name, names, allow_stale, score) for d in find_run_dirs(paths)]
     used = sorted({str(r.scores["name"]) for r in runs})
     if len(used) > 1:
         raise CompareError(
@@ -729,6 +786,11 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="compare evaluations older than their run's last step, flagged, instead of refusing",
     )
+    parser.add_argument(
+        "--score",
+        action="store_true",
+        help=f"first score runs that lack a fresh --eval evaluation (default {TABLE3_EVAL})",
+    )
     args = parser.parse_args(argv)
     try:
         return compare(
@@ -739,6 +801,7 @@ def main(argv: list[str] | None = None) -> dict:
             args.resamples,
             args.baseline,
             args.allow_stale,
+            args.score,
         )
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
