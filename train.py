@@ -6,6 +6,7 @@ checkpoints and metrics. Runs on a CPU, one GPU, or many under `torchrun` (DDP);
 the newest readable checkpoint in `<run_dir>/checkpoints/` when the run directory is given again.
 """
 
+import json
 import logging
 import math
 import os
@@ -29,9 +30,11 @@ from data.bleu import sacrebleu_score
 from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
 from data.errors import UserError
 from data.files import write_json
+from data.run_record import end_segment, read_segments, start_segment
 from data.tokenizer import PAD_ID
 from model.checkpoint import (
     RUN_TOKENIZER,
+    check_compatible,
     load_latest_checkpoint,
     prune_checkpoints,
     remove_temporary_files,
@@ -40,11 +43,18 @@ from model.checkpoint import (
 from model.device import resolve_device, use_bf16
 from model.loss import forward_backward, perplexity
 from model.optim import noam_adam
+from model.resume import check_resume, stop_reason
 from model.run_directory import RunDirectoryLock, folder_name
+from model.training_settings import check_training_settings
 from model.transformer import build_model, count_parameters
 from model.translate import translate
 
 log = logging.getLogger("train")
+
+
+def launch_overrides() -> list[str] | None:
+    """This launch's command-line overrides (None without Hydra's runtime: train() in-process)."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
 
 
 def process_rank() -> int:
@@ -108,11 +118,16 @@ def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
-def load_data(cfg: DictConfig, rank: int, world: int) -> PreparedData:
-    """The tokenized, cleaned corpus (rank 0 prepares and caches it first); data.json on rank 0."""
+def load_data(cfg: DictConfig, rank: int, world: int, tokenizer_path=None) -> PreparedData:
+    """The tokenized, cleaned corpus (rank 0 prepares and caches it first); data.json on rank 0.
+
+    tokenizer_path: a resumed run's own tokenizer, used instead of the cache's.
+    """
     if world > 1 and rank != 0:
         dist.barrier()
-    data = prepare_data(cfg.data, cfg.cache_dir, log=log.info)
+    data = prepare_data(
+        cfg.data, cfg.cache_dir, log.info, tokenizer_path, required_splits=("train", "validation")
+    )
     if world > 1 and rank == 0:
         dist.barrier()
     if rank == 0:  # the run's own copy: evaluation and resume need no cache (README)
@@ -164,12 +179,60 @@ def log_progress(writer: SummaryWriter, step: int, values: dict[str, float], eta
         writer.add_scalar(f"train/{name}", value, step)
 
 
+def stored_config(cfg: DictConfig) -> dict:
+    """The resolved config a checkpoint keeps, its corpus paths absolute (found from anywhere)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["data"] = absolute_local_paths(resolved["data"], os.getcwd())
+    return resolved
+
+
+def open_run(cfg: DictConfig, precision: str, world: int) -> tuple[dict | None, list[str]]:
+    """The checkpoint to resume (None: a new run) and the harmless settings this launch changes.
+
+    A change of any setting that alters the training is refused (model.resume.check_resume).
+    """
+    resumed = load_latest_checkpoint(Path(cfg.run_dir) / "checkpoints", warn=log.warning)
+    if resumed is None:
+        return None, []
+    stored = {**resumed, "config": dict(resumed.get("config") or {})}
+    stored["config"]["data"] = absolute_local_paths(stored["config"].get("data") or {}, os.getcwd())
+    allowed = check_resume(  # (older checkpoints stored corpus paths as given)
+        stored, resumed["file"], stored_config(cfg), precision, world, cfg.trainer.max_steps
+    )
+    for change in allowed:
+        log.info(f"resume: {change} (a setting that leaves the training as it was)")
+    return resumed, allowed
+
+
+def score_completed_run(cfg: DictConfig, precision: str) -> dict:
+    """Table 3's evaluation of a finished run: validation, beam 4, last.pt (evaluate_at_end).
+
+    Writes eval/validation-last-beam4.json as `python evaluate.py run_dir=<run>` would, searching
+    in the precision the run trained in.
+    """
+    from evaluate import evaluate  # this checkout's evaluate.py
+
+    eval_cfg = OmegaConf.load(Path(__file__).parent / "configs" / "evaluate.yaml")
+    for key in ("defaults", "hydra"):
+        eval_cfg.pop(key, None)
+    eval_cfg.merge_with(
+        {"run_dir": str(cfg.run_dir), "device": cfg.trainer.device, "precision": precision}
+    )
+    scores = evaluate(eval_cfg)
+    log.info(
+        f"evaluation {scores['name']} (step {scores['step']}): sacreBLEU {scores['bleu']:.2f}, "
+        f"PPL {scores['ppl']:.3f} -> {Path(cfg.run_dir) / 'eval' / scores['name']}.json"
+    )
+    return scores
+
+
 def train(cfg: DictConfig) -> dict:
     """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json).
 
-    The main process holds the run directory's lock throughout: a second process refuses
-    before it reads or changes anything there.
+    Settings out of range are refused before anything is read. The main process holds the run
+    directory's lock throughout: a second process refuses before it reads or changes anything.
     """
+    check_training_settings(cfg)
     with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
         return train_holding_lock(cfg)
 
@@ -178,10 +241,24 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     """train()'s work, in a run directory this process holds (on rank 0)."""
     rank, world, device = start_process(cfg.trainer)
     bf16 = use_bf16(cfg.trainer.precision, device)
+    precision = "bf16" if bf16 else "fp32"
     run_dir, main_rank, trainer = Path(cfg.run_dir), rank == 0, cfg.trainer
     ckpt_dir = run_dir / "checkpoints"
+    resumed, changes = open_run(cfg, precision, world)  # before any data: refusals come first
+    if resumed is not None and stop_reason(resumed, trainer):
+        done = run_dir / "metrics.json"
+        metrics = json.loads(done.read_text()) if done.is_file() else {}
+        if metrics.get("complete") and metrics.get("steps") == resumed["step"]:
+            log.info(
+                f"{run_dir} is complete ({stop_reason(resumed, trainer)} at step "
+                f"{resumed['step']}): nothing to do, nothing changed"
+            )
+            return metrics
     torch.manual_seed(cfg.seed)
-    data = load_data(cfg, rank, world)
+    own_tokenizer = run_dir / RUN_TOKENIZER
+    data = load_data(
+        cfg, rank, world, own_tokenizer if resumed and own_tokenizer.is_file() else None
+    )
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     dev_set = data.splits["validation"]
     model = build_model(cfg.model, cfg.position, data.tokenizer.vocab_size, PAD_ID).to(device)
@@ -206,13 +283,9 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         1, round(trainer.effective_tokens / (world * cfg.data.max_tokens))
     )
 
-    step, best_ppl, tokens_seen, bad_steps = 0, math.inf, 0, 0
-    resumed = load_latest_checkpoint(
-        ckpt_dir,
-        warn=log.warning,
-        tokenizer_sha256=data.tokenizer.sha256,
-        config={k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "position")},
-    )
+    step, best_ppl, tokens_seen, bad_steps, prior_seconds = 0, math.inf, 0, 0, 0.0
+    if resumed is not None:
+        check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
     if main_rank:  # a killed save's temporary files; metrics.json returns when this work completes
         remove_temporary_files(ckpt_dir)
         (run_dir / "metrics.json").unlink(missing_ok=True)
@@ -222,14 +295,18 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         sampler.load_state_dict(resumed["sampler"])
         torch.set_rng_state(resumed["rng"]["torch"])
         step, best_ppl, tokens_seen = resumed["step"], resumed["best_ppl"], resumed["tokens_seen"]
+        prior_seconds = resumed.get("wall_seconds", 0.0)  # earlier segments' training time
         log.info(f"resumed from step {step}")
+    segment = start_segment(run_dir, step, launch_overrides(), changes) if main_rank else None
     train_model = torch.compile(model) if trainer.compile else model
     if world > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
     writer = SummaryWriter(run_dir / "tensorboard") if main_rank else None
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    # corpus paths made absolute: the run's evaluation finds them from any working directory
-    resolved["data"] = absolute_local_paths(resolved["data"], os.getcwd())
+    resolved = stored_config(cfg)
+
+    def run_seconds() -> float:
+        """Training time of the whole run: earlier segments' and this one's."""
+        return prior_seconds + time.monotonic() - start
 
     def save(name: str) -> None:
         if main_rank:
@@ -242,6 +319,9 @@ def train_holding_lock(cfg: DictConfig) -> dict:
                 "step": step,
                 "best_ppl": best_ppl,
                 "tokens_seen": tokens_seen,
+                "wall_seconds": run_seconds(),
+                "precision": precision,
+                "world_size": world,
                 "config": resolved,
                 "choices": choices,
                 "tokenizer": {
@@ -280,13 +360,16 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     )
     interval_tokens, interval_start, loss_avg = 0, time.monotonic(), None
     dev_ppl = dev_bleu = dev_step = None
+    outcome = f"trainer.max_steps={trainer.max_steps} reached"
     while step < trainer.max_steps:
-        if trainer.max_minutes and time.monotonic() - start > 60 * trainer.max_minutes:
-            log.info(f"stopping at step {step}: trainer.max_minutes={trainer.max_minutes} reached")
+        if trainer.max_minutes and run_seconds() > 60 * trainer.max_minutes:
+            outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
+            log.info(f"stopping at step {step}: {outcome} (in all segments)")
             break
         micro = [b for _, b in zip(range(update_freq), stream, strict=False)]
         if not micro:
-            log.info(f"stopping at step {step}: trainer.max_epochs={trainer.max_epochs} reached")
+            outcome = f"trainer.max_epochs={trainer.max_epochs} reached"
+            log.info(f"stopping at step {step}: {outcome}")
             break
         loss_sum, nll_sum, tokens = accumulate_gradients(
             train_model, micro, optim.label_smoothing, device, bf16, world
@@ -353,13 +436,14 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     if dev_step != step:
         check_dev()
     save("last.pt")
-    wall = time.monotonic() - start
+    wall = run_seconds()
     epoch = sampler.state_dict()
     metrics = {
         "complete": True,
         "steps": step,
         "epochs": round(epoch["epoch"] + epoch["position"] / max(len(sampler), 1), 3),
         "wall_seconds": round(wall, 1),
+        "segments": len(read_segments(run_dir)) if main_rank else None,
         "tokens_seen": tokens_seen,
         "train_loss": loss_avg,
         "dev_ppl": dev_ppl,
@@ -374,10 +458,13 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     }
     if main_rank:
         write_json(run_dir / "metrics.json", metrics)
+        end_segment(run_dir, segment, step, time.monotonic() - start, outcome)
         writer.close()
         log.info(f"run directory: {run_dir}")
     if world > 1:
         dist.destroy_process_group()
+    if main_rank and trainer.evaluate_at_end:
+        score_completed_run(cfg, precision)
     return metrics
 
 

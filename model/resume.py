@@ -10,6 +10,8 @@ listed here: a resume is refused rather than silently continued with new behavio
 
 from collections.abc import Mapping
 
+from data.errors import UserError
+
 # Where files go, how often the run logs, saves and validates, threads, device and compilation,
 # and when it stops (a stop below the checkpoint's step is refused by the trainer).
 # trainer.precision is compared as the precision it resolved to ("bf16"/"fp32"), not its name.
@@ -55,3 +57,46 @@ def setting_differences(stored: Mapping, wanted: Mapping) -> tuple[list[str], li
             keeps = any(key == k or key.startswith(f"{k}.") for k in KEEP_THE_MATH)
             (allowed if keeps else refused).append(line)
     return refused, allowed
+
+
+class ResumeError(UserError, ValueError):
+    """A resume that would continue a run with settings that change its training."""
+
+
+def check_resume(
+    state: dict, path, config: dict, precision: str, world_size: int, max_steps: int
+) -> list[str]:
+    """The allowed changes ('key: old -> new') of resuming state with config.
+
+    config: the new resolved config, its corpus paths absolute as the checkpoint stores them.
+    precision: what trainer.precision resolved to ("bf16" or "fp32"); world_size: processes.
+    Every refused difference is named in one ResumeError.
+    """
+    refused, allowed = setting_differences(state.get("config") or {}, config)
+    for what, old, new in [
+        ("precision (trainer.precision on this device)", state.get("precision"), precision),
+        ("world size (processes)", state.get("world_size"), world_size),
+    ]:
+        if old is not None and old != new:
+            refused.append(f"{what}: {old} -> {new}")
+    if max_steps < state["step"]:
+        refused.append(
+            f"trainer.max_steps: {max_steps} is below the checkpoint's step {state['step']}"
+        )
+    if refused:
+        raise ResumeError(
+            f"checkpoint {path} was trained with other settings ({'; '.join(refused)}): resume "
+            "with the settings it was trained with or set a new run_dir"
+        )
+    return allowed
+
+
+def stop_reason(state: dict, trainer) -> str | None:
+    """Why a checkpoint's run has nothing left to train under these trainer settings, or None."""
+    if state["step"] >= trainer.max_steps:
+        return f"trainer.max_steps={trainer.max_steps} reached"
+    if trainer.max_minutes and state.get("wall_seconds", 0) >= 60 * trainer.max_minutes:
+        return f"trainer.max_minutes={trainer.max_minutes} reached"
+    if trainer.max_epochs is not None and state["sampler"]["epoch"] >= trainer.max_epochs:
+        return f"trainer.max_epochs={trainer.max_epochs} reached"
+    return None

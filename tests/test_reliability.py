@@ -519,7 +519,7 @@ CASES = {
     "resume with another vocabulary": (
         "train",
         lambda r: [*text_overrides(r), "data.vocab_size=120", f"run_dir={copy_of_run(r, 'vocab')}"],
-        ["another tokenizer/vocabulary", "last.pt", "run_dir"],
+        ["data.vocab_size: 100 -> 120", "last.pt", "run_dir"],
     ),
     "resume with another model": (
         "train",
@@ -549,6 +549,76 @@ CASES = {
             "trainer.max_steps=3",
         ],
         ["No space left on device", "last.pt is intact", "free space"],
+    ),
+    # training settings, resumes and run directories (issue: tracebacks, accepted nonsense)
+    "missing validation split": (
+        "train",
+        lambda r: [*text_overrides(r), "~data.files.validation"],
+        ["no 'validation' split", "found train, test", "data.corpus"],
+    ),
+    "warmup not positive": (
+        "train",
+        lambda r: [*text_overrides(r), "optim.warmup=0"],
+        ["optim.warmup=0", "whole number >= 1"],
+    ),
+    "eval_every zero": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.eval_every=0"],
+        ["trainer.eval_every=0", "whole number >= 1"],
+    ),
+    "log_every zero": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.log_every=0"],
+        ["trainer.log_every=0", "whole number >= 1"],
+    ),
+    "negative update_freq": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.update_freq=-1"],
+        ["trainer.update_freq=-1", "or null"],
+    ),
+    "negative max_steps": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.max_steps=-1"],
+        ["trainer.max_steps=-1", "whole number >= 1"],
+    ),
+    "training on an unknown device": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.device=foo"],
+        ["trainer.device=foo", "not a device name"],
+    ),
+    "training on CUDA without CUDA": (
+        "train",
+        lambda r: [*text_overrides(r), f"trainer.device={MISSING_CUDA}"],
+        [f"trainer.device={MISSING_CUDA}", "usable CUDA device", "trainer.device=cpu"],
+    ),
+    "unwritable run directory": (
+        "train",
+        lambda r: [*text_overrides(r), f"run_dir={r / 'not_a_folder' / 'run'}"],
+        ["not_a_folder/run", "cannot write there", "writable directory"],
+    ),
+    "resume with another seed": (
+        "train",
+        lambda r: [*text_overrides(r), "seed=2", f"run_dir={copy_of_run(r, 'seed')}"],
+        ["seed: 1 -> 2", "last.pt", "run_dir"],
+    ),
+    "resume with another schedule": (
+        "train",
+        lambda r: [
+            *text_overrides(r),
+            *("optim.warmup=10", "optim.lr_scale=50"),
+            f"run_dir={copy_of_run(r, 'schedule')}",
+        ],
+        ["optim.lr_scale: 1.0 -> 50", "optim.warmup: 4000 -> 10", "last.pt"],
+    ),
+    "resume with another max_len": (
+        "train",
+        lambda r: [*text_overrides(r), "data.max_len=64", f"run_dir={copy_of_run(r, 'max_len')}"],
+        ["data.max_len: 256 -> 64", "last.pt"],
+    ),
+    "resume below the checkpoint's step": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.max_steps=1", f"run_dir={copy_of_run(r, 'low')}"],
+        ["trainer.max_steps: 1 is below the checkpoint's step 2", "last.pt"],
     ),
     # evaluation options and inputs (issue: raw tracebacks, accepted nonsense, hangs)
     "evaluate without run_dir": ("evaluate", lambda r: [], ["run_dir is not set", "run_dir="]),
@@ -627,6 +697,9 @@ CLI_CASES = [
     "evaluate without run_dir",
     "a 100k-character source line",
     "non-UTF-8 stdin with translate=true",
+    "resume with another seed",
+    "unwritable run directory",
+    "negative max_steps",
 ]
 # Every case, in-process or on the command line, ends within this many seconds.
 CASE_SECONDS = 60
