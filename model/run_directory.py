@@ -109,11 +109,14 @@ MAX_NAME_BYTES = 255
 
 
 def folder_name(name: str) -> str:
-    """name, or if longer than MAX_NAME_BYTES its first 200 bytes + '__' + 12 hex of its sha256.
+    """name as one folder: '/' as '_', and past MAX_NAME_BYTES its first 200 bytes, '__' and
+    12 hex digits of its sha256.
 
-    A config resolver for hydra.sweep.subdir: a sweep over long override lists otherwise fails
-    at mkdir. The full overrides stay in the job's .hydra/overrides.yaml.
+    A config resolver for hydra.sweep.subdir: an override naming a path (data.path=a/b) would
+    otherwise nest folders, and a long override list fails at mkdir. The full overrides stay in
+    the job's .hydra/overrides.yaml.
     """
+    name = name.replace(os.sep, "_")
     raw = name.encode("utf-8")
     if len(raw) <= MAX_NAME_BYTES:
         return name

@@ -75,6 +75,7 @@ def test_a_directory_under_a_file_is_one_error_naming_the_key(tmp_path):
 
 def test_folder_names_stay_under_the_limit_and_apart():
     assert folder_name("position-learned__seed-1") == "position-learned__seed-1"
+    assert folder_name("data.path-../shared/m30k__seed-1") == "data.path-.._shared_m30k__seed-1"
     long_a, long_b = "x" * 300 + "a", "x" * 300 + "b"
     short_a, short_b = folder_name(long_a), folder_name(long_b)
     assert len(short_a.encode()) <= MAX_NAME_BYTES and short_a != short_b
