@@ -44,9 +44,8 @@ class RunDirectoryLock:
         self.path = self.run_dir / LOCK_FILE
         self._file = None
 
-    def acquire(self) -> "RunDirectoryLock":
-        """Take the lock, or raise RunDirectoryInUseError naming the process that holds it."""
-        check_writable(self.run_dir, "run_dir")
+    def _open_locked(self):
+        """The lock file, locked by this process, or RunDirectoryInUseError naming the holder."""
         file = open(self.path, "a+", encoding="utf-8")  # a+: the holder's PID stays readable
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -58,6 +57,19 @@ class RunDirectoryLock:
                 f"run directory {self.run_dir} is in use by process {holder}: wait for that "
                 "run to end (or stop it), or pass another hydra.run.dir / run_dir"
             ) from None
+        return file
+
+    def check_free(self) -> None:
+        """RunDirectoryInUseError if a live process holds the lock; changes nothing."""
+        if self.path.is_file():
+            file = self._open_locked()
+            fcntl.flock(file, fcntl.LOCK_UN)
+            file.close()
+
+    def acquire(self) -> "RunDirectoryLock":
+        """Take the lock, or raise RunDirectoryInUseError naming the process that holds it."""
+        check_writable(self.run_dir, "run_dir")
+        file = self._open_locked()
         file.seek(0)
         previous = file.read().strip()
         if previous:  # a holder that ended without releasing: killed, or a crashed machine
@@ -125,21 +137,28 @@ def folder_name(name: str) -> str:
 
 
 class RunDirectoryCheck:
-    """A Hydra callback: the run (or sweep) directory must be writable before Hydra starts.
+    """A Hydra callback: the run (or sweep) directory must be writable and free before Hydra
+    writes into it (its .hydra/ and log file).
 
     Hydra creates the directory itself and reports a failure as a traceback; this checks it
-    first and exits with one `error:` line (status 1). configs/train.yaml installs it.
+    first and exits with one `error:` line (status 1). A run directory a live training holds
+    is refused here too, so a second launch does not even rewrite its .hydra/ files (ranks
+    other than 0 of one launch share the directory: only the main process checks).
+    configs/train.yaml installs it.
     """
 
-    def _check(self, directory: str, key: str) -> None:
+    def _check(self, directory: str, key: str, free: bool = False) -> None:
         try:
             check_writable(directory, key)
-        except RunDirectoryError as e:
+            main_process = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+            if free and main_process:
+                RunDirectoryLock(directory).check_free()
+        except UserError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        self._check(config.hydra.run.dir, "hydra.run.dir")
+        self._check(config.hydra.run.dir, "hydra.run.dir", free=True)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config.hydra.sweep.dir, "hydra.sweep.dir")

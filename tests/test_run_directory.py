@@ -81,3 +81,17 @@ def test_folder_names_stay_under_the_limit_and_apart():
     assert len(short_a.encode()) <= MAX_NAME_BYTES and short_a != short_b
     assert short_a.startswith("x" * 200) and folder_name(long_a) == short_a
     assert len(folder_name("ü" * 200).encode()) <= MAX_NAME_BYTES  # bytes, not characters
+
+
+def test_check_free_names_a_live_holder_and_changes_nothing(tmp_path):
+    RunDirectoryLock(tmp_path).check_free()  # no lock file yet: free
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(RunDirectoryInUseError, match=f"process {holder.pid} on "):
+            RunDirectoryLock(tmp_path).check_free()
+    finally:
+        holder.kill()
+        holder.wait()
+    left = (tmp_path / ".lock").read_text()
+    RunDirectoryLock(tmp_path).check_free()  # the killed holder's lock is free again
+    assert (tmp_path / ".lock").read_text() == left == f"{holder.pid} on {os.uname().nodename}\n"

@@ -53,6 +53,8 @@ def test_a_second_process_on_a_live_run_directory_is_refused_and_deletes_nothing
     in_flight = run_dir / "checkpoints" / ".last.pt.x1y2z3.tmp"  # the live run's save under way
     in_flight.parent.mkdir(parents=True)
     in_flight.write_bytes(b"half a checkpoint")
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- the live run's overrides\n")
     holder = hold_lock(run_dir)
     try:
         second = launch(tmp_path, [*quick_overrides(cache_dir), f"hydra.run.dir={run_dir}"])
@@ -64,6 +66,7 @@ def test_a_second_process_on_a_live_run_directory_is_refused_and_deletes_nothing
     assert second.returncode == 1 and "Traceback" not in err, err[-3000:]
     assert lines[-1].startswith(f"error: run directory {run_dir} is in use by process {holder.pid}")
     assert in_flight.read_bytes() == b"half a checkpoint"
+    assert (run_dir / ".hydra" / "overrides.yaml").read_text() == "- the live run's overrides\n"
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "data.json").exists()
 
 
