@@ -1,4 +1,4 @@
-"""Checkpoints: atomic writes, code-free loading, rotation, averaging, and a run's model rebuilt.
+"""Checkpoints: atomic writes, code-free loading, rotation, averaging and resume.
 
 A checkpoint is a dict of tensors and plain Python values (model and optimizer state, step,
 RNG states, sampler state, the resolved config as a dict, the tokenizer's path and sha256), so
@@ -12,11 +12,9 @@ import tempfile
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from data.tokenizer import PAD_ID, Tokenizer
+from data.errors import UserError
 from model.resume import setting_differences
-from model.transformer import build_model
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
 # Where a run keeps its own copy of the tokenizer, relative to the run directory.
@@ -24,8 +22,12 @@ RUN_TOKENIZER = "tokenizer/spm.model"
 TEMP_SUFFIX = ".tmp"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint is missing, unreadable or not what was asked for."""
+
+
+class CheckpointWriteError(UserError, OSError):
+    """A checkpoint could not be written (disk full, no permission); the previous one is kept."""
 
 
 def _os_error(error: BaseException) -> OSError | None:
@@ -43,7 +45,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
     """Write state to path atomically: a temporary file, fsync, then rename over path.
 
     A failed write (disk full, ...) removes the temporary file, leaves any previous file at path
-    untouched and raises one OSError saying what to do.
+    untouched and raises one CheckpointWriteError (an OSError) saying what to do.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
             else "make the directory writable or set run_dir to another directory"
         )
         previous = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
-        raise OSError(
+        raise CheckpointWriteError(
             cause.errno,
             f"{cause.strerror or cause} while writing checkpoint {path} ({previous}): {advice}",
         ) from e
@@ -229,115 +231,3 @@ def load_latest_checkpoint(
     if found is not None:
         check_compatible(found, found_path, tokenizer_sha256, config)
     return found
-
-
-def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
-    """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names.
-
-    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints.
-    """
-    run_dir = Path(run_dir)
-    ckpt_dir = run_dir / "checkpoints"
-    if not run_dir.is_dir():
-        raise CheckpointError(
-            f"run directory {run_dir} does not exist: pass run_dir=<a training run directory>"
-        )
-    if checkpoint in ("last", "best") or checkpoint.startswith("avg:"):
-        if not ckpt_dir.is_dir():
-            raise CheckpointError(
-                f"{run_dir} has no checkpoints/ directory: is it a training run directory?"
-            )
-    if checkpoint.startswith("avg:"):
-        n = int(checkpoint[4:]) if checkpoint[4:].isdigit() else 0
-        if n < 1:
-            raise CheckpointError(f"checkpoint={checkpoint}: pass avg:N with N a positive integer")
-        paths = step_checkpoints(ckpt_dir)[-n:]
-        if len(paths) < n:
-            raise CheckpointError(
-                f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in {ckpt_dir}; "
-                "pass a smaller N"
-            )
-        return _checked(average_checkpoints(paths), f"{checkpoint} in {ckpt_dir}"), f"avg{n}"
-    if checkpoint in ("last", "best"):
-        path = ckpt_dir / f"{checkpoint}.pt"
-        return _checked(load_checkpoint(path), path), checkpoint
-    path = Path(checkpoint)
-    if not path.exists() and (ckpt_dir / checkpoint).is_file():
-        path = ckpt_dir / checkpoint
-    return _checked(load_checkpoint(path), path), path.stem
-
-
-def checkpoint_record(state: dict) -> dict:
-    """What an evaluation records of the checkpoint it scored: its step, file(s) and origin.
-
-    step is the training step the weights reached (for an average, its newest input's), so an
-    evaluation older than its run's last step can be told apart.
-    """
-    steps = [s for s in state.get("averaged_steps") or [state.get("step")] if s is not None]
-    config = state.get("config") or {}
-    position = (state.get("choices") or {}).get("position")
-    if position is None:  # checkpoints written before the choice was recorded: the class name
-        position = str((config.get("position") or {}).get("_target_", "")).rsplit(".", 1)[-1]
-    return {
-        "step": max(steps) if steps else None,
-        "checkpoint_file": state.get("averaged") or state.get("file"),
-        "position": position,
-        "tokenizer_sha256": state["tokenizer"]["sha256"],
-        "data": config.get("data"),
-    }
-
-
-def _checked(state, source) -> dict:
-    """state if it holds weights, config and tokenizer (what evaluation needs), else an error."""
-    missing = [
-        key
-        for key in ("model", "config", "tokenizer")
-        if not isinstance(state, dict) or key not in state
-    ]
-    if missing:
-        raise CheckpointError(
-            f"checkpoint {source} lacks {', '.join(missing)}: pass a checkpoint written by "
-            "train.py or scripts/average_checkpoints.py"
-        )
-    return state
-
-
-def run_tokenizer(state: dict, run_dir: str | Path | None = None) -> Tokenizer:
-    """The tokenizer a checkpoint was trained with: the run folder's copy, else its stored path.
-
-    The copy in <run_dir>/tokenizer/ makes a run folder self-contained (the shared cache can be
-    deleted, the folder moved); a file whose sha256 differs from the checkpoint's is refused.
-    """
-    wanted = str(state["tokenizer"]["sha256"])
-    places = [Path(state["tokenizer"]["path"])]
-    if run_dir is not None:
-        places.insert(0, Path(run_dir) / state["tokenizer"].get("run_file", RUN_TOKENIZER))
-    for path in places:
-        if path.is_file():
-            tokenizer = Tokenizer(path)
-            if tokenizer.sha256 != wanted:
-                raise CheckpointError(
-                    f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained "
-                    f"with (sha256 {tokenizer.sha256[:12]} != {wanted[:12]}): restore that "
-                    "tokenizer file or retrain"
-                )
-            return tokenizer
-    raise CheckpointError(
-        f"the tokenizer this checkpoint was trained with (sha256 {wanted[:12]}) is in none of "
-        f"{', '.join(map(str, places))}: restore {places[0]} or retrain"
-    )
-
-
-def rebuild_model(state: dict, device, run_dir=None) -> tuple[torch.nn.Module, Tokenizer]:
-    """The model and tokenizer described by a checkpoint's stored config (see run_tokenizer)."""
-    config = OmegaConf.create(state["config"])
-    tokenizer = run_tokenizer(state, run_dir)
-    model = build_model(config.model, config.position, tokenizer.vocab_size, PAD_ID)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as e:
-        raise CheckpointError(
-            "checkpoint weights do not fit the model its config describes "
-            f"({str(e).strip().splitlines()[0]}): pass a checkpoint written by train.py"
-        ) from e
-    return model.to(device).eval(), tokenizer

@@ -5,7 +5,7 @@ import torch
 from data.errors import UserError
 
 
-class DeviceError(UserError, ValueError):
+class DeviceError(UserError):
     """A device that does not exist or is not available here."""
 
 

@@ -59,7 +59,7 @@ def setting_differences(stored: Mapping, wanted: Mapping) -> tuple[list[str], li
     return refused, allowed
 
 
-class ResumeError(UserError, ValueError):
+class ResumeError(UserError):
     """A resume that would continue a run with settings that change its training."""
 
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from data.errors import UserError
 
 
-class SettingError(UserError, ValueError):
+class SettingError(UserError):
     """A training setting out of its range."""
 
 
