@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from scripts.compare import TABLE3_EVAL
-from scripts.compare import main as compare
-from tests.conftest import ROOT
+from evaluation.compare import TABLE3_EVAL
+from tests.conftest import ROOT, script_main
 from tests.test_reliability import quick_overrides, run_cli
+
+compare = script_main("compare")
 
 
 @pytest.fixture(scope="module")
