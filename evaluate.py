@@ -18,12 +18,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.bleu import bleu_by_length, tokenized_bleu
-from data.corpus import load_split, read_lines
+from data.corpus import decode_lines, load_split, read_lines
 from data.errors import DataError, UserError, report_user_errors
 from data.files import write_json, write_text
 from data.tokenizer import EOS_ID
 from evaluation.perplexity import perplexity
-from evaluation.run import load_run, rebuild_model
+from evaluation.run import checkpoint_record, load_run, rebuild_model
 from evaluation.translate import fitting_lines, translate
 from model.device import resolve_device, use_bf16
 from model.position import PositionRangeError
@@ -51,9 +51,16 @@ def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
     if not cfg.src_file:
         raise DataError("ref_file is set without src_file: pass both, or a split=<name>")
     srcs = read_lines(cfg.src_file, "src_file")
-    if not srcs:
-        raise DataError(f"src_file={cfg.src_file} is empty: pass a file of source sentences")
+    if not any(line.strip() for line in srcs):
+        raise DataError(
+            f"src_file={cfg.src_file} has no non-blank line: pass a file of source sentences"
+        )
     refs = read_lines(cfg.ref_file, "ref_file") if cfg.ref_file else None
+    if refs is not None and not any(line.strip() for line in refs):
+        raise DataError(
+            f"ref_file={cfg.ref_file} has no non-blank line: pass the references, one a line "
+            "(or leave ref_file out to only translate)"
+        )
     if refs is not None and len(refs) != len(srcs):
         raise DataError(
             f"src_file={cfg.src_file} has {len(srcs)} lines but ref_file={cfg.ref_file} has "
@@ -62,12 +69,33 @@ def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
     return srcs, refs, str(cfg.src_file)
 
 
+# GNMT length penalties are tuned in [0, 1] (Wu et al. 2016); far above, lp overflows no float
+# but every hypothesis scores about 0: nonsense, refused.
+MAX_LENPEN = 10.0
+
+
 def check_options(cfg: DictConfig) -> None:
     """Raise UserError naming the first evaluation option out of range."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise UserError("run_dir is not set: pass run_dir=<a training run directory>")
     if int(cfg.beam) < 1:
         raise UserError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
-    if int(cfg.max_len_b) < 1:
-        raise UserError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
+    lenpen = float(cfg.lenpen)
+    if not 0 <= lenpen <= MAX_LENPEN:  # also nan
+        raise UserError(
+            f"lenpen={cfg.lenpen}: pass a number from 0 to {MAX_LENPEN:g} (the paper: 0.6)"
+        )
+    if int(cfg.max_input_len) < 1:
+        raise UserError(
+            f"max_input_len={cfg.max_input_len}: pass 1 or more subwords (default 1024)"
+        )
+    if not 1 <= int(cfg.max_len_b) <= int(cfg.max_input_len):
+        raise UserError(
+            f"max_len_b={cfg.max_len_b}: pass 1 to max_input_len={cfg.max_input_len} (the paper: "
+            "50; raise max_input_len to allow more)"
+        )
+    if int(cfg.max_tokens) < 1:
+        raise UserError(f"max_tokens={cfg.max_tokens}: pass 1 or more")
     use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
     if cfg.engine not in ENGINES:
         raise UserError(f"engine={cfg.engine}: pass engine=ours or engine=ctranslate2")
@@ -97,7 +125,7 @@ def evaluate(cfg: DictConfig) -> dict:
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
-    model, tokenizer = rebuild_model(state, device)
+    model, tokenizer = rebuild_model(state, device, run_dir)
     position_override = apply_position_override(model, cfg)
     if cfg.src_file:
         name = cfg.name or Path(cfg.src_file).stem
@@ -108,7 +136,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if cfg.engine == "ctranslate2" and not cfg.name:
         name += "-ctranslate2"  # beside our engine's file of the same evaluation
     kept, skipped = fitting_lines(
-        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where
+        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where, cfg.max_input_len
     )
     if not kept:
         raise PositionRangeError(
@@ -123,9 +151,14 @@ def evaluate(cfg: DictConfig) -> dict:
     scores = {
         "name": name,
         "checkpoint": tag,
+        **checkpoint_record(state),
+        "split": None if cfg.src_file else str(cfg.split),
+        "src_file": str(Path(cfg.src_file).resolve()) if cfg.src_file else None,
+        "ref_file": str(Path(cfg.ref_file).resolve()) if cfg.ref_file else None,
         "beam": cfg.beam,
         "lenpen": cfg.lenpen,
         "max_len_b": cfg.max_len_b,
+        "max_input_len": cfg.max_input_len,
         "precision": "bf16" if bf16 else "fp32",
         "position_override": position_override,
         "engine": cfg.engine,
@@ -165,10 +198,14 @@ def translate_stdin(cfg: DictConfig) -> None:
             handler.setStream(sys.stderr)
     check_options(cfg)
     device = resolve_device(cfg.device)
-    model, tokenizer = rebuild_model(load_run(Path(cfg.run_dir), str(cfg.checkpoint))[0], device)
+    run_dir = Path(cfg.run_dir)
+    model, tokenizer = rebuild_model(load_run(run_dir, str(cfg.checkpoint))[0], device, run_dir)
     apply_position_override(model, cfg)
-    lines = [line.rstrip("\r\n") for line in sys.stdin]
-    kept, _ = fitting_lines(model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin")
+    stdin = getattr(sys.stdin, "buffer", None)
+    lines = decode_lines(stdin, "stdin") if stdin else [line.rstrip("\r\n") for line in sys.stdin]
+    kept, _ = fitting_lines(
+        model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin", cfg.max_input_len
+    )
     out = [""] * len(lines)
     hyps = translate_with(
         cfg, model, tokenizer, [lines[i] for i in kept], device, use_bf16(cfg.precision, device)
@@ -188,7 +225,9 @@ def main(cfg: DictConfig) -> None:
     scores = evaluate(cfg)
     print(
         json.dumps(
-            {k: v for k, v in scores.items() if k != "by_length"}, indent=2, ensure_ascii=False
+            {k: v for k, v in scores.items() if k not in ("by_length", "data")},
+            indent=2,
+            ensure_ascii=False,
         )
     )
     print(f"run directory: {cfg.run_dir}")

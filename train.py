@@ -6,11 +6,13 @@ checkpoints and metrics. Runs on a CPU, one GPU, or many under `torchrun` (DDP);
 the newest readable checkpoint in `<run_dir>/checkpoints/` when the run directory is given again.
 """
 
+import json
 import logging
 import os
 import resource
 import sys
 import time
+from contextlib import nullcontext
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import hydra
 import torch
 import torch.distributed as dist
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
@@ -25,13 +28,16 @@ from tqdm import tqdm
 
 from data.batching import TokenBatchSampler, collate
 from data.bleu import sacrebleu_score
-from data.corpus import PreparedData, prepare_data, sequence_lengths
+from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
 from data.errors import report_user_errors
 from data.files import write_json
+from data.run_record import end_segment, read_segments, start_segment
 from data.tokenizer import BOS_ID, PAD_ID
 from evaluation.perplexity import perplexity
 from evaluation.translate import translate
 from model.checkpoint import (
+    RUN_TOKENIZER,
+    check_compatible,
     load_latest_checkpoint,
     prune_checkpoints,
     remove_temporary_files,
@@ -39,10 +45,18 @@ from model.checkpoint import (
 )
 from model.device import resolve_device, use_bf16
 from model.optim import noam_adam
+from model.resume import check_resume, stop_reason
+from model.run_directory import RunDirectoryLock, folder_name
 from model.training import DivergenceError, StepResult, TrainingState, train_step
+from model.training_settings import check_training_settings
 from model.transformer import build_model, count_parameters
 
 log = logging.getLogger("train")
+
+
+def launch_overrides() -> list[str] | None:
+    """This launch's command-line overrides (None without Hydra's runtime: train() in-process)."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else None
 
 
 def process_rank() -> int:
@@ -59,14 +73,43 @@ def on_rank_zero(value, otherwise=None):
     return value if process_rank() == 0 else otherwise
 
 
+def launch_id() -> str:
+    """This launch's process id (torchrun's agent's under torchrun): a config resolver.
+
+    In the default run and sweep directories (configs/train.yaml), so two launches in the same
+    second get two folders. Cached, so every job of a sweep resolves the same sweep folder.
+    """
+    return str(os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid())
+
+
 # Under torchrun only rank 0 writes Hydra's .hydra/ and train.log (configs/train.yaml).
 OmegaConf.register_new_resolver("on_rank_zero", on_rank_zero, replace=True)
+OmegaConf.register_new_resolver("launch_id", launch_id, replace=True, use_cache=True)
+OmegaConf.register_new_resolver("folder_name", folder_name, replace=True)
+
+
+def position_choice(position: DictConfig) -> str:
+    """The name the position variant was chosen by: Hydra's choice (position=rope_base500k).
+
+    Without Hydra's runtime (a config composed in-process), the configs/position YAML whose
+    content equals the node, else the class name. Runs are compared by this name, so two YAMLs
+    of one class (rope vs rope_base500k) stay two variants.
+    """
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get("position")
+        if choice:
+            return str(choice)
+    wanted = OmegaConf.to_container(position, resolve=True)
+    for path in sorted((Path(__file__).parent / "configs" / "position").glob("*.yaml")):
+        if OmegaConf.to_container(OmegaConf.load(path), resolve=True) == wanted:
+            return path.stem
+    return str(position._target_).rsplit(".", 1)[-1]
 
 
 def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
     """This process's rank, the world size and its device; joins the DDP group under torchrun."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)))
+    device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)), "trainer.device")
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if trainer.num_threads:
@@ -77,14 +120,20 @@ def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
-def load_data(cfg: DictConfig, rank: int, world: int) -> PreparedData:
-    """The tokenized, cleaned corpus (rank 0 prepares and caches it first); data.json on rank 0."""
+def load_data(cfg: DictConfig, rank: int, world: int, tokenizer_path=None) -> PreparedData:
+    """The tokenized, cleaned corpus (rank 0 prepares and caches it first); data.json on rank 0.
+
+    tokenizer_path: a resumed run's own tokenizer, used instead of the cache's.
+    """
     if world > 1 and rank != 0:
         dist.barrier()
-    data = prepare_data(cfg.data, cfg.cache_dir, log=log.info)
+    data = prepare_data(
+        cfg.data, cfg.cache_dir, log.info, tokenizer_path, required_splits=("train", "validation")
+    )
     if world > 1 and rank == 0:
         dist.barrier()
-    if rank == 0:
+    if rank == 0:  # the run's own copy: evaluation and resume need no cache (README)
+        data.tokenizer = data.tokenizer.copy_to(Path(cfg.run_dir) / RUN_TOKENIZER)
         sizes = {name: len(split) for name, split in data.splits.items()}
         tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
         summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
@@ -112,15 +161,11 @@ def build_state(cfg: DictConfig, data: PreparedData, device, rank: int, world: i
     return TrainingState(model, optimizer, schedule, sampler, device)
 
 
-def resume(state: TrainingState, cfg: DictConfig, data: PreparedData, main_rank: bool) -> None:
-    """Load the newest readable checkpoint of cfg.run_dir into state, if there is one."""
+def resume(state: TrainingState, resumed: dict | None, data: PreparedData, cfg, main_rank) -> None:
+    """Load the checkpoint open_run found into state (if any), after a killed save's leftovers."""
     ckpt_dir = Path(cfg.run_dir) / "checkpoints"
-    resumed = load_latest_checkpoint(
-        ckpt_dir,
-        warn=log.warning,
-        tokenizer_sha256=data.tokenizer.sha256,
-        config={k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("model", "position")},
-    )
+    if resumed is not None:
+        check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
     if main_rank:  # a killed save's temporary files; metrics.json returns when this work completes
         remove_temporary_files(ckpt_dir)
         (Path(cfg.run_dir) / "metrics.json").unlink(missing_ok=True)
@@ -239,23 +284,108 @@ def check_dev(
     return ppl, bleu
 
 
+def stored_config(cfg: DictConfig) -> dict:
+    """The resolved config a checkpoint keeps, its corpus paths absolute (found from anywhere)."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    resolved["data"] = absolute_local_paths(resolved["data"], os.getcwd())
+    return resolved
+
+
+def open_run(cfg: DictConfig, precision: str, world: int) -> tuple[dict | None, list[str]]:
+    """The checkpoint to resume (None: a new run) and the harmless settings this launch changes.
+
+    A change of any setting that alters the training is refused (model.resume.check_resume).
+    """
+    resumed = load_latest_checkpoint(Path(cfg.run_dir) / "checkpoints", warn=log.warning)
+    if resumed is None:
+        return None, []
+    stored = {**resumed, "config": dict(resumed.get("config") or {})}
+    stored["config"]["data"] = absolute_local_paths(stored["config"].get("data") or {}, os.getcwd())
+    allowed = check_resume(  # (older checkpoints stored corpus paths as given)
+        stored, resumed["file"], stored_config(cfg), precision, world, cfg.trainer.max_steps
+    )
+    for change in allowed:
+        log.info(f"resume: {change} (a setting that leaves the training as it was)")
+    return resumed, allowed
+
+
+def score_completed_run(cfg: DictConfig, precision: str) -> dict:
+    """Table 3's evaluation of a finished run: validation, beam 4, last.pt (evaluate_at_end).
+
+    Writes eval/validation-last-beam4.json as `python evaluate.py run_dir=<run>` would, searching
+    in the precision the run trained in.
+    """
+    from evaluate import evaluate  # this checkout's evaluate.py
+
+    eval_cfg = OmegaConf.load(Path(__file__).parent / "configs" / "evaluate.yaml")
+    for key in ("defaults", "hydra"):
+        eval_cfg.pop(key, None)
+    eval_cfg.merge_with(
+        {"run_dir": str(cfg.run_dir), "device": cfg.trainer.device, "precision": precision}
+    )
+    scores = evaluate(eval_cfg)
+    log.info(
+        f"evaluation {scores['name']} (step {scores['step']}): sacreBLEU {scores['bleu']:.2f}, "
+        f"PPL {scores['ppl']:.3f} -> {Path(cfg.run_dir) / 'eval' / scores['name']}.json"
+    )
+    return scores
+
+
 def train(cfg: DictConfig) -> dict:
-    """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json)."""
+    """Train per cfg in cfg.run_dir and return the final metrics (also in metrics.json).
+
+    Settings out of range are refused before anything is read. The main process holds the run
+    directory's lock throughout: a second process refuses before it reads or changes anything.
+    """
+    check_training_settings(cfg)
+    with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
+        return train_holding_lock(cfg)
+
+
+def train_holding_lock(cfg: DictConfig) -> dict:
+    """train()'s work, in a run directory this process holds (on rank 0)."""
     rank, world, device = start_process(cfg.trainer)
     trainer, optim, main_rank, run_dir = cfg.trainer, cfg.optim, rank == 0, Path(cfg.run_dir)
     bf16, ckpt_dir = use_bf16(trainer.precision, device), run_dir / "checkpoints"
+    precision = "bf16" if bf16 else "fp32"
+    resumed, changes = open_run(cfg, precision, world)  # before any data: refusals come first
+    if resumed is not None and stop_reason(resumed, trainer):
+        done = run_dir / "metrics.json"
+        metrics = json.loads(done.read_text()) if done.is_file() else {}
+        if metrics.get("complete") and metrics.get("steps") == resumed["step"]:
+            log.info(
+                f"{run_dir} is complete ({stop_reason(resumed, trainer)} at step "
+                f"{resumed['step']}): nothing to do, nothing changed"
+            )
+            return metrics
     torch.manual_seed(cfg.seed)
-    data = load_data(cfg, rank, world)
+    own_tokenizer = run_dir / RUN_TOKENIZER
+    own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
+    data = load_data(cfg, rank, world, own)
     state = build_state(cfg, data, device, rank, world)
     position = cfg.position._target_.rsplit(".", 1)[-1]
-    log.info(f"model: {count_parameters(state.model):,} parameters, position={position}")
+    choices = {"position": position_choice(cfg.position)}
+    log.info(
+        f"model: {count_parameters(state.model):,} parameters, position={choices['position']} "
+        f"({position})"
+    )
     update_freq = trainer.update_freq or max(
         1, round(trainer.effective_tokens / (world * cfg.data.max_tokens))
     )
-    resume(state, cfg, data, main_rank)
+    resume(state, resumed, data, cfg, main_rank)
+    prior_seconds = resumed.get("wall_seconds", 0.0) if resumed else 0.0  # earlier segments'
+    segment = start_segment(run_dir, state.step, launch_overrides(), changes) if main_rank else None
     run_info = {
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "tokenizer": {"path": str(data.tokenizer.path), "sha256": data.tokenizer.sha256},
+        "config": stored_config(cfg),
+        "choices": choices,
+        "tokenizer": {
+            "path": str(data.tokenizer.path),
+            "sha256": data.tokenizer.sha256,
+            "run_file": RUN_TOKENIZER,
+        },
+        "precision": precision,
+        "world_size": world,
+        "wall_seconds": prior_seconds,  # training time of the whole run, at each save
     }
     train_model = torch.compile(state.model) if trainer.compile else state.model
     if world > 1:
@@ -265,17 +395,21 @@ def train(cfg: DictConfig) -> dict:
     stream = batches(state.sampler, train_set, trainer.max_epochs, device)
     progress, last_save = Progress(trainer, state.step, writer, device), time.monotonic()
     bad_steps, dev, dev_step = 0, (None, None), None  # dev: (perplexity, greedy BLEU)
+    outcome = f"trainer.max_steps={trainer.max_steps} reached"
+
+    def run_seconds() -> float:
+        """Training time of the whole run: earlier segments' and this one's."""
+        return prior_seconds + progress.minutes() * 60
+
     while state.step < trainer.max_steps:
-        if trainer.max_minutes and progress.minutes() > trainer.max_minutes:
-            log.info(
-                f"stopping at step {state.step}: trainer.max_minutes={trainer.max_minutes} reached"
-            )
+        if trainer.max_minutes and run_seconds() > 60 * trainer.max_minutes:
+            outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
+            log.info(f"stopping at step {state.step}: {outcome} (in all segments)")
             break
         micro = list(islice(stream, update_freq))
         if not micro:
-            log.info(
-                f"stopping at step {state.step}: trainer.max_epochs={trainer.max_epochs} reached"
-            )
+            outcome = f"trainer.max_epochs={trainer.max_epochs} reached"
+            log.info(f"stopping at step {state.step}: {outcome}")
             break
         result = train_step(
             train_model, state.optimizer, state.schedule, micro,
@@ -288,6 +422,7 @@ def train(cfg: DictConfig) -> dict:
         bad_steps, state.step = 0, state.step + 1
         state.tokens_seen += result.tokens
         progress.update(state.step, result, state.schedule.get_last_lr()[0])
+        run_info["wall_seconds"] = run_seconds()
         if main_rank and state.step % trainer.eval_every == 0:
             dev, dev_step = check_dev(state, data, cfg, bf16, writer, run_info), state.step
         if checkpoint_due(trainer, state.step, last_save):
@@ -299,26 +434,34 @@ def train(cfg: DictConfig) -> dict:
     progress.bar.close()
     if main_rank and dev_step != state.step:
         dev = check_dev(state, data, cfg, bf16, writer, run_info)
+    run_info["wall_seconds"] = run_seconds()
     if main_rank:
         save(state, run_info, ckpt_dir / "last.pt")
-    metrics = final_metrics(state, progress, dev, cfg, update_freq, world)
+    metrics = final_metrics(state, progress, dev, cfg, update_freq, world, run_info)
     if main_rank:
         write_json(run_dir / "metrics.json", metrics)
+        end_segment(run_dir, segment, state.step, progress.minutes() * 60, outcome)
         writer.close()
         log.info(f"run directory: {run_dir}")
     if world > 1:
         dist.destroy_process_group()
+    if main_rank and trainer.evaluate_at_end:
+        score_completed_run(cfg, precision)
     return metrics
 
 
-def final_metrics(state, progress, dev, cfg, update_freq, world) -> dict:
-    """metrics.json: steps, epochs, time, tokens, last losses, dev scores and the setup."""
-    wall, epoch = progress.minutes() * 60, state.sampler.state_dict()
+def final_metrics(state, progress, dev, cfg, update_freq, world, run_info) -> dict:
+    """metrics.json: steps, epochs, time, tokens, last losses, dev scores and the setup.
+
+    Time and tokens/s are the whole run's, every segment counted (a kill's undone steps not).
+    """
+    wall, epoch = run_info["wall_seconds"], state.sampler.state_dict()
     return {
         "complete": True,
         "steps": state.step,
         "epochs": round(epoch["epoch"] + epoch["position"] / max(len(state.sampler), 1), 3),
         "wall_seconds": round(wall, 1),
+        "segments": len(read_segments(cfg.run_dir)),
         "tokens_seen": state.tokens_seen,
         "train_loss": progress.loss_avg,
         "dev_ppl": dev[0],
@@ -326,6 +469,7 @@ def final_metrics(state, progress, dev, cfg, update_freq, world) -> dict:
         "tokens_per_s": round(state.tokens_seen / max(wall, 1e-9), 1),
         "parameters": count_parameters(state.model),
         "position": cfg.position._target_.rsplit(".", 1)[-1],
+        "position_choice": run_info["choices"]["position"],
         "seed": cfg.seed,
         "update_freq": update_freq,
         "world_size": world,

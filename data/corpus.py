@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,23 +106,28 @@ def read_lines(path: str | Path, field: str) -> list[str]:
     if not path.is_file():
         what = "is not a file" if path.exists() else "not found"
         raise DataError(f"{field}={path}: {what}; create it or pass an existing UTF-8 text file")
-    lines = []
     with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{field}={path}: invalid UTF-8 on line {number} (byte {e.start} of the "
-                    "line); re-encode the file as UTF-8"
-                ) from e
-            if number == 1 and line.startswith("\ufeff"):
-                line = line[1:]
-            if line.endswith("\n"):
-                line = line[:-1]
-            if line.endswith("\r"):
-                line = line[:-1]
-            lines.append(line)
+        return decode_lines(f, f"{field}={path}")
+
+
+def decode_lines(raw_lines: Iterable[bytes], where: str) -> list[str]:
+    """UTF-8 lines of a binary stream without their terminators (see read_lines); where names it."""
+    lines = []
+    for number, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataError(
+                f"{where}: invalid UTF-8 on line {number} (byte {e.start} of the line); "
+                "re-encode it as UTF-8"
+            ) from e
+        if number == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        if line.endswith("\n"):
+            line = line[:-1]
+        if line.endswith("\r"):
+            line = line[:-1]
+        lines.append(line)
     return lines
 
 
@@ -547,24 +552,37 @@ def _encode_split(
 
 
 def prepare_data(
-    data_cfg: Any, cache_dir: str | Path, log: Callable[[str], None] = print
+    data_cfg: Any,
+    cache_dir: str | Path,
+    log: Callable[[str], None] = print,
+    tokenizer_path: str | Path | None = None,
+    required_splits: tuple[str, ...] = ("train",),
 ) -> PreparedData:
-    """Load, tokenise (with caching) and clean the corpus described by the data config."""
+    """Load, tokenise (with caching) and clean the corpus described by the data config.
+
+    tokenizer_path: use this SentencePiece model (a resumed run's own) instead of the cached or
+    newly trained one. required_splits: splits that must exist, checked before any tokenizing.
+    """
     cfg = _as_config(data_cfg)
     cache_dir = Path(cache_dir)
     num_proc = int(cfg.get("num_proc") or 1)
     corpus = select_direction(
         _instantiate_corpus(cfg), str(_require(cfg, "src_lang")), str(_require(cfg, "tgt_lang"))
     )
-    if "train" not in corpus:
-        raise DataError(
-            f"the corpus has no 'train' split (found {', '.join(corpus) or 'none'}); "
-            "add one to data.corpus"
-        )
+    for split in ("train", *required_splits):
+        if split not in corpus:
+            raise DataError(
+                f"the corpus has no '{split}' split (found {', '.join(corpus) or 'none'}); "
+                "add one to data.corpus"
+            )
     if len(corpus["train"]) == 0:
         raise DataError("the 'train' split is empty; check data.corpus")
     identity = data_identity(cfg)
-    tokenizer = _load_or_train_tokenizer(corpus["train"], identity, cfg, cache_dir, log)
+    if tokenizer_path is not None:
+        tokenizer = Tokenizer(tokenizer_path)
+        log(f"data: tokenizer {tokenizer.path} (vocab {tokenizer.vocab_size})")
+    else:
+        tokenizer = _load_or_train_tokenizer(corpus["train"], identity, cfg, cache_dir, log)
     splits = datasets.DatasetDict(
         {
             split: _encode_split(ds, split, tokenizer, identity, cache_dir, num_proc, log)
@@ -585,6 +603,26 @@ def prepare_data(
         )
     log(f"data: train cleaning: {_counts_line(counts)}")
     return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts)
+
+
+def absolute_local_paths(node: Any, base: str | Path) -> Any:
+    """A copy of a resolved config node whose relative paths that exist under base are absolute.
+
+    A run stores its data config this way, so evaluation finds the corpus from any working
+    directory; strings that name nothing under base (hub ids, languages) stay as they are.
+    """
+    if isinstance(node, Mapping):
+        return {key: absolute_local_paths(value, base) for key, value in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [absolute_local_paths(value, base) for value in node]
+    if isinstance(node, str) and node and not os.path.isabs(node):
+        try:
+            candidate = Path(base) / Path(node).expanduser()
+            if candidate.exists():
+                return str(candidate.resolve())
+        except (OSError, ValueError):
+            pass
+    return node
 
 
 def load_split(data_cfg: Any, split: str) -> datasets.Dataset:

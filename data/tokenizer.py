@@ -15,7 +15,9 @@ Training choices:
   the sample does not depend on SentencePiece's own sampler.
 - The model is serialised in memory and written atomically (temporary directory, then rename):
   a killed or concurrent run never leaves a half-written model, and the file bytes (hence
-  ``Tokenizer.sha256``) depend only on the sample, the options and the thread count.
+  ``Tokenizer.sha256``) depend only on the sample and the options: SentencePiece writes its
+  ``num_threads`` into the model, which is cleared before saving, so a model trained on 1 CPU
+  and one trained on 16 are the same file (the pieces and scores do not depend on it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from data.errors import DataError, first_line
 
@@ -96,6 +99,21 @@ class Tokenizer:
         """Every piece of the vocabulary, indexed by id (what other toolkits' vocabularies list)."""
         return [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
 
+    def copy_to(self, path: str | Path) -> Tokenizer:
+        """This model copied to path atomically (kept as it is if path holds the same bytes)."""
+        path = Path(path)
+        if not (path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == self.sha256):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.path.read_bytes())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return Tokenizer(path)
+
     def encode(self, texts: list[str]) -> list[list[int]]:
         """Return the subword ids of each text, without BOS/EOS."""
         return self._sp.encode(list(texts), out_type=int)
@@ -153,6 +171,18 @@ def _training_error(error: Exception, vocab_size: int) -> DataError:
     return DataError(f"tokenizer training failed: {message}")
 
 
+def without_thread_count(model: bytes) -> bytes:
+    """A serialized SentencePiece model with its trainer's ``num_threads`` cleared.
+
+    The thread count changes neither the pieces nor their scores, only this recorded field;
+    clearing it makes the bytes (and the sha256 checkpoints keep) independent of the CPU count.
+    """
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    proto.trainer_spec.ClearField("num_threads")
+    return proto.SerializeToString(deterministic=True)
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
@@ -193,7 +223,7 @@ def train_tokenizer(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        (tmp_dir / MODEL_FILE).write_bytes(writer.getvalue())
+        (tmp_dir / MODEL_FILE).write_bytes(without_thread_count(writer.getvalue()))
         meta = {
             **options,
             "seed": seed,

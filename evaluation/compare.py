@@ -7,8 +7,12 @@ seed when both variants ran the same seeds) and by sacreBLEU's paired bootstrap 
 ``compare`` writes compare.md, compare.json and three plots (evaluation/plots.py).
 """
 
+import json
 import logging
 import os
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +34,11 @@ PAPER_NOTE = (
 )
 RUN_MARKERS = (".hydra", "checkpoints", "train.log")
 METRIC_KEYS = ("position", "seed", "dev_ppl", "parameters", "steps", "wall_seconds")
+# Table 3's evaluation (validation = newstest2013, last checkpoint, beam 4): what --score makes
+# when no --eval is named, and what trainer.evaluate_at_end writes.
+TABLE3_EVAL = "validation-last-beam4"
+# Evaluation names --score can make: evaluate.py's default names for a split.
+EVAL_NAME = re.compile(r"^(?P<split>.+)-(?P<tag>last|best|avg\d+)-beam(?P<beam>\d+)$")
 
 
 class CompareError(UserError):
@@ -38,13 +47,14 @@ class CompareError(UserError):
 
 @dataclass
 class Run:
-    """One finished training run and the evaluation chosen for it."""
+    """One finished training run and the evaluation chosen for it (stale: older than the run)."""
 
     path: Path
     variant: str
     seed: int
     metrics: dict
     scores: dict
+    stale: bool = False
 
 
 def find_run_dirs(paths: list[Path]) -> list[Path]:
@@ -91,7 +101,7 @@ def eval_path(run_dir: Path, eval_name: str | None) -> Path:
         if not path.is_file():
             raise CompareError(
                 f"{path} is missing: create it with `python evaluate.py run_dir={run_dir} "
-                f"name={eval_name}` (with the split or files it should score)"
+                f"name={eval_name}` (with the split or files it should score), or pass --score"
             )
         return path
     candidates = sorted(
@@ -99,20 +109,70 @@ def eval_path(run_dir: Path, eval_name: str | None) -> Path:
     )
     if not candidates:
         raise CompareError(
-            f"{run_dir} has no eval/validation*.json: create it with `python evaluate.py "
-            f"run_dir={run_dir}` (newstest2013, beam 4), or name another with --eval"
+            f"{run_dir} has no eval/validation*.json: pass --score to create {TABLE3_EVAL} "
+            f"(newstest2013, beam 4), run `python evaluate.py run_dir={run_dir}`, or name "
+            "another with --eval"
         )
     return candidates[-1]
 
 
-def read_run(run_dir: Path, eval_name: str | None, names: dict[str, str]) -> Run:
-    """A run's metrics.json and chosen eval JSON, checked for the fields the table needs."""
+def evaluation_overrides(eval_name: str) -> list[str]:
+    """The evaluate.py overrides that write eval/<eval_name>.json (<split>-<tag>-beam<k>)."""
+    match = EVAL_NAME.match(eval_name)
+    if not match:
+        raise CompareError(
+            f"--score cannot make the evaluation {eval_name!r}: it makes names like "
+            f"{TABLE3_EVAL} (<split>-<last|best|avgN>-beam<k>); create it with evaluate.py"
+        )
+    tag = match["tag"]
+    checkpoint = f"avg:{tag[3:]}" if tag.startswith("avg") else tag
+    return [
+        f"split={match['split']}",
+        f"checkpoint={checkpoint}",
+        f"beam={match['beam']}",
+        f"name={eval_name}",
+    ]
+
+
+def score_run(run_dir: Path, eval_name: str) -> None:
+    """Write run_dir's eval/<eval_name>.json with evaluate.py (its progress and errors shown)."""
+    overrides = [f"run_dir={run_dir.resolve()}", *evaluation_overrides(eval_name)]
+    print(f"scoring {run_dir}: python evaluate.py {' '.join(overrides)}", file=sys.stderr)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), *overrides],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise CompareError(
+            f"evaluate.py failed on {run_dir} (its error is above): fix that run or leave it out"
+        )
+
+
+def read_run(
+    run_dir: Path,
+    eval_name: str | None,
+    names: dict[str, str],
+    allow_stale: bool = False,
+    score: bool = False,
+) -> Run:
+    """A run's metrics.json and chosen eval JSON, checked for the fields the table needs.
+
+    score: an evaluation that is missing or older than the run's last step is made first
+    (evaluate.py; eval_name, or Table 3's validation-last-beam4).
+    """
     metrics = read_json(run_dir / "metrics.json")
     missing = [key for key in METRIC_KEYS if key not in metrics]
     if missing:
         raise CompareError(
             f"{run_dir}/metrics.json lacks {', '.join(missing)}: was it written by train.py?"
         )
+    if score:
+        eval_name = eval_name or TABLE3_EVAL
+        wanted = run_dir / "eval" / f"{eval_name}.json"
+        step = read_json(wanted).get("step") if wanted.is_file() else None
+        if step is None or int(step) < int(metrics["steps"]):
+            score_run(run_dir, eval_name)
     path = eval_path(run_dir, eval_name)
     scores = read_json(path)
     if "bleu" not in scores:
@@ -120,9 +180,64 @@ def read_run(run_dir: Path, eval_name: str | None, names: dict[str, str]) -> Run
             f"{path} has no BLEU (it was made without references): evaluate a split, or pass "
             "ref_file=, and name that evaluation with --eval"
         )
-    position = str(metrics["position"])
-    variant = names.get(position, position.removesuffix("PositionEncoding").lower())
-    return Run(run_dir, variant, int(metrics["seed"]), metrics, scores)
+    stale = check_fresh(run_dir, path, metrics, scores, allow_stale)
+    variant = metrics.get("position_choice") or scores.get("position")
+    if not variant:  # runs trained before the choice name was recorded: by class name
+        position = str(metrics["position"])
+        variant = names.get(position, position.removesuffix("PositionEncoding").lower())
+    return Run(run_dir, str(variant), int(metrics["seed"]), metrics, scores, stale)
+
+
+def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
+    """Whether an evaluation scored an older checkpoint than the run's last step (stale).
+
+    A stale evaluation (or one that records no step: written before evaluations did) is a
+    CompareError, or with allow_stale a flagged row.
+    """
+    step, last = scores.get("step"), metrics.get("steps")
+    if step is not None and last is not None and int(step) >= int(last):
+        return False
+    if allow_stale:
+        return True
+    age = f"scored step {step}" if step is not None else "records no checkpoint step"
+    raise CompareError(
+        f"{path} {age} but {run_dir} trained to step {last}: pass --score to re-evaluate it "
+        f"(or run `python evaluate.py run_dir={run_dir} name={scores.get('name')}` with its "
+        "split or files), or --allow-stale to compare it flagged"
+    )
+
+
+def corpus_identity(run: Run) -> tuple[str, str]:
+    """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer)."""
+    data = run.scores.get("data") or {}
+    corpus = {
+        "corpus": data.get("corpus"),
+        "direction": [data.get("src_lang"), data.get("tgt_lang")],
+        "split": run.scores.get("split"),
+        "ref_file": run.scores.get("ref_file"),
+    }
+    return json.dumps(corpus, sort_keys=True, default=str), str(run.scores.get("tokenizer_sha256"))
+
+
+def check_poolable(runs: list[Run]) -> None:
+    """CompareError unless every run was scored on one corpus with one tokenizer.
+
+    Perplexity per subword and BLEU on different sentences do not compare: such runs are never
+    pooled into one table.
+    """
+    first = runs[0]
+    for run in runs[1:]:
+        for what, a, b in zip(
+            ("corpus or evaluation split", "tokenizer"),
+            corpus_identity(first),
+            corpus_identity(run),
+            strict=True,
+        ):
+            if a != b:
+                raise CompareError(
+                    f"{first.path} and {run.path} were scored with different {what}s "
+                    f"({a[:80]} vs {b[:80]}): compare runs of one corpus and tokenizer"
+                )
 
 
 def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
@@ -157,7 +272,20 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
         if not refs_file.is_file():
             raise CompareError(f"--refs {refs_file} is not a file: give the references, one a line")
         return refs_file.read_text(encoding="utf-8").splitlines()
-    config_path = run.path / ".hydra" / "config.yaml"
+    if run.scores.get("ref_file"):  # an evaluation of files records them (absolute)
+        return references(run, Path(run.scores["ref_file"]))
+    if run.scores.get("split") and run.scores.get("data"):  # the corpus config it scored
+        from data.corpus import load_split
+        from data.errors import UserError
+
+        try:
+            return list(load_split(run.scores["data"], run.scores["split"])["tgt"])
+        except (UserError, ValueError) as e:
+            raise CompareError(
+                f"cannot load the references of {run.scores['name']} (split "
+                f"{run.scores['split']!r}) for {run.path}: {e}; pass --refs FILE or --resamples 0"
+            ) from e
+    config_path = run.path / ".hydra" / "config.yaml"  # evaluations that recorded neither
     split = str(run.scores["name"]).split("-", 1)[0]
     if not config_path.is_file():
         raise CompareError(
@@ -245,8 +373,9 @@ def markdown(result: dict) -> str:
     ]
     for row in result["variants"]:
         seeds = ", ".join(map(str, row["seeds"]))
+        stale = any(r["stale"] for r in result["runs"] if r["variant"] == row["variant"])
         lines.append(
-            f"| {row['variant']} | {seeds} ({row['n']}) "
+            f"| {row['variant']}{' (stale)' if stale else ''} | {seeds} ({row['n']}) "
             f"| {number(row['dev_ppl_mean'], 2, row['dev_ppl_std'])} "
             f"| {number(row['bleu_mean'], 2, row['bleu_std'])} "
             f"| {number(row['tok_bleu_mean'])} | {row['parameters'] / 1e6:.1f}M "
@@ -260,6 +389,12 @@ def markdown(result: dict) -> str:
         "over seeds.",
         PAPER_NOTE,
     ]
+    if any(r["stale"] for r in result["runs"]):
+        lines += [
+            "",
+            "(stale): at least one run's evaluation scored an older checkpoint than its last "
+            "step (--allow-stale); see eval_step and steps in compare.json.",
+        ]
     if not result["differences"] and len(result["variants"]) > 1:
         lines += ["", f"No {result['baseline']} runs: no differences to a baseline (--baseline)."]
     if result["differences"]:
@@ -313,19 +448,32 @@ def compare(
     refs_file: Path | None = None,
     resamples: int = 1000,
     baseline: str = "sinusoidal",
+    allow_stale: bool = False,
+    score: bool = False,
 ) -> dict:
     """Compare the runs under paths; write the table, compare.json and plots into out_dir.
 
     out_dir None: <common parent of the runs>/compare. Returns every number (compare.json).
+    Runs are grouped by the name their position variant was chosen by (position=rope_base500k
+    is not rope); evaluations older than their run's last step are refused unless allow_stale;
+    with score, runs lacking a fresh evaluation are scored first (evaluate.py).
     """
     names = variant_names()
-    runs = [read_run(d, eval_name, names) for d in find_run_dirs(paths)]
+    runs = [read_run(d, eval_name, names, allow_stale, score) for d in find_run_dirs(paths)]
     used = sorted({str(r.scores["name"]) for r in runs})
     if len(used) > 1:
         raise CompareError(
             f"the runs were scored by different evaluations ({', '.join(used)}): "
             "name one for all with --eval NAME"
         )
+    check_poolable(runs)
+    for run in runs:
+        if run.stale:
+            log.warning(
+                f"warning: {run.path}: its {run.scores['name']} scored step "
+                f"{run.scores.get('step')}, the run trained to {run.metrics['steps']} (stale, "
+                "flagged in the table)"
+            )
     groups: dict[str, list[Run]] = {}
     for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
         groups.setdefault(run.variant, []).append(run)
@@ -348,6 +496,8 @@ def compare(
                 "run_dir": str(r.path),
                 "variant": r.variant,
                 "seed": r.seed,
+                "stale": r.stale,
+                "eval_step": r.scores.get("step"),
                 **{k: r.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
                 **{k: r.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
                 "dev_ppl_curve": [[step, value] for step, value in curves[r.path]],

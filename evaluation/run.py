@@ -1,7 +1,8 @@
 """A trained run read back: the checkpoint a name picks, and the model and tokenizer it describes.
 
 Evaluation never depends on today's YAML: the model is rebuilt from the resolved config stored
-in the checkpoint, and the tokenizer is the file the checkpoint names, checked by its sha256.
+in the checkpoint, and the tokenizer is the run folder's copy (or the file the checkpoint names),
+checked by its sha256. checkpoint_record is what an evaluation notes of the checkpoint it scored.
 """
 
 from pathlib import Path
@@ -10,7 +11,13 @@ import torch
 from omegaconf import OmegaConf
 
 from data.tokenizer import PAD_ID, Tokenizer
-from model.checkpoint import CheckpointError, average_checkpoints, load_checkpoint, step_checkpoints
+from model.checkpoint import (
+    RUN_TOKENIZER,
+    CheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+    step_checkpoints,
+)
 from model.transformer import build_model
 
 
@@ -65,16 +72,36 @@ def _checked(state, source) -> dict:
     return state
 
 
-def rebuild_model(state: dict, device) -> tuple[torch.nn.Module, Tokenizer]:
-    """The model and tokenizer described by a checkpoint's stored config."""
+def run_tokenizer(state: dict, run_dir: str | Path | None = None) -> Tokenizer:
+    """The tokenizer a checkpoint was trained with: the run folder's copy, else its stored path.
+
+    The copy in <run_dir>/tokenizer/ makes a run folder self-contained (the shared cache can be
+    deleted, the folder moved); a file whose sha256 differs from the checkpoint's is refused.
+    """
+    wanted = str(state["tokenizer"]["sha256"])
+    places = [Path(state["tokenizer"]["path"])]
+    if run_dir is not None:
+        places.insert(0, Path(run_dir) / state["tokenizer"].get("run_file", RUN_TOKENIZER))
+    for path in places:
+        if path.is_file():
+            tokenizer = Tokenizer(path)
+            if tokenizer.sha256 != wanted:
+                raise CheckpointError(
+                    f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained "
+                    f"with (sha256 {tokenizer.sha256[:12]} != {wanted[:12]}): restore that "
+                    "tokenizer file or retrain"
+                )
+            return tokenizer
+    raise CheckpointError(
+        f"the tokenizer this checkpoint was trained with (sha256 {wanted[:12]}) is in none of "
+        f"{', '.join(map(str, places))}: restore {places[0]} or retrain"
+    )
+
+
+def rebuild_model(state: dict, device, run_dir=None) -> tuple[torch.nn.Module, Tokenizer]:
+    """The model and tokenizer described by a checkpoint's stored config (see run_tokenizer)."""
     config = OmegaConf.create(state["config"])
-    tokenizer = Tokenizer(state["tokenizer"]["path"])
-    if tokenizer.sha256 != state["tokenizer"]["sha256"]:
-        raise CheckpointError(
-            f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained with "
-            f"(sha256 {tokenizer.sha256[:12]} != {str(state['tokenizer']['sha256'])[:12]}): "
-            "restore that tokenizer file or retrain"
-        )
+    tokenizer = run_tokenizer(state, run_dir)
     model = build_model(config.model, config.position, tokenizer.vocab_size, PAD_ID)
     try:
         model.load_state_dict(state["model"])
@@ -84,3 +111,23 @@ def rebuild_model(state: dict, device) -> tuple[torch.nn.Module, Tokenizer]:
             f"({str(e).strip().splitlines()[0]}): pass a checkpoint written by train.py"
         ) from e
     return model.to(device).eval(), tokenizer
+
+
+def checkpoint_record(state: dict) -> dict:
+    """What an evaluation records of the checkpoint it scored: its step, file(s) and origin.
+
+    step is the training step the weights reached (for an average, its newest input's), so an
+    evaluation older than its run's last step can be told apart.
+    """
+    steps = [s for s in state.get("averaged_steps") or [state.get("step")] if s is not None]
+    config = state.get("config") or {}
+    position = (state.get("choices") or {}).get("position")
+    if position is None:  # checkpoints written before the choice was recorded: the class name
+        position = str((config.get("position") or {}).get("_target_", "")).rsplit(".", 1)[-1]
+    return {
+        "step": max(steps) if steps else None,
+        "checkpoint_file": state.get("averaged") or state.get("file"),
+        "position": position,
+        "tokenizer_sha256": state["tokenizer"]["sha256"],
+        "data": config.get("data"),
+    }

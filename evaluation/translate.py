@@ -55,18 +55,33 @@ def fitting_lines(
     max_len_b: int,
     long_inputs: str,
     where: str,
+    max_input_len: int | None = None,
 ) -> tuple[list[int], dict[str, int]]:
     """Indices of the pairs the position encodings hold, and the skipped count per length bucket.
 
     A source of L subwords needs L + 1 encoder positions (its EOS) and L + max_len_b decoder
     positions (the longest output search may produce); a reference of R subwords needs R + 1
-    decoder positions for teacher-forced perplexity. A pair that does not fit raises
-    PositionRangeError naming its line, or with long_inputs=skip is left out and counted.
+    decoder positions for teacher-forced perplexity. Neither may exceed max_input_len subwords
+    (search and perplexity grow with the square of the length: a 50k-subword line would run
+    for hours). A pair that does not fit raises PositionRangeError naming its line, or with
+    long_inputs=skip is left out and counted.
     """
     src_ids = tokenizer.encode(list(srcs))
     ref_ids = tokenizer.encode(list(refs)) if refs is not None else [None] * len(srcs)
     kept, skipped = [], {}
     for i, (src, ref) in enumerate(zip(src_ids, ref_ids, strict=True)):
+        longest = max(len(src), len(ref) if ref is not None else 0)
+        if max_input_len is not None and longest > max_input_len:
+            if long_inputs != "skip":
+                side = "source" if len(src) == longest else "reference"
+                raise PositionRangeError(
+                    f"line {i + 1} of {where}: its {side} has {longest} subwords, more than "
+                    f"max_input_len={max_input_len}; raise max_input_len, or pass "
+                    "long_inputs=skip to leave such lines out"
+                )
+            bucket = length_bucket(srcs[i])
+            skipped[bucket] = skipped.get(bucket, 0) + 1
+            continue
         needs = [
             ({"src_len": len(src) + 1}, f"source ({len(src)} subwords + EOS)", ""),
             (
@@ -95,7 +110,7 @@ def fitting_lines(
     skipped = {label: skipped[label] for label in BUCKET_LABELS if label in skipped}
     if skipped:
         log.warning(
-            f"skipped {sum(skipped.values())} of {len(srcs)} lines of {where} too long for the "
-            f"position encoding, per source-length bucket: {skipped}"
+            f"skipped {sum(skipped.values())} of {len(srcs)} lines of {where} too long for "
+            f"max_input_len or the position encoding, per source-length bucket: {skipped}"
         )
     return kept, skipped

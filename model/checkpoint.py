@@ -14,8 +14,11 @@ from pathlib import Path
 import torch
 
 from data.errors import UserError
+from model.resume import setting_differences
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+# Where a run keeps its own copy of the tokenizer, relative to the run directory.
+RUN_TOKENIZER = "tokenizer/spm.model"
 TEMP_SUFFIX = ".tmp"
 
 
@@ -76,12 +79,15 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint on the CPU without unpickling arbitrary objects."""
+    """Load a checkpoint on the CPU without unpickling arbitrary objects (file: where from)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist: train first or pick another")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if isinstance(state, dict):
+            state["file"] = str(path.resolve())
+        return state
     except Exception as e:  # truncated file, foreign pickle, ...
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is unreadable or unsafe: {first_line}") from e
@@ -102,17 +108,46 @@ def prune_checkpoints(directory: str | Path, keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
+def check_same_run(first: dict, first_path: Path, other: dict, other_path: Path) -> None:
+    """CheckpointError unless two checkpoints share the tokenizer and every trajectory setting.
+
+    Settings that leave the training as it was (model.resume.KEEP_THE_MATH: a raised max_steps,
+    logging, ...) may differ, as they do between the segments of one resumed run.
+    """
+    tokenizers = [str(s.get("tokenizer", {}).get("sha256"))[:12] for s in (first, other)]
+    if tokenizers[0] != tokenizers[1]:
+        raise CheckpointError(
+            f"checkpoints {first_path} and {other_path} were trained with different tokenizers "
+            f"(sha256 {tokenizers[0]} vs {tokenizers[1]}): average checkpoints of one run"
+        )
+    refused, _ = setting_differences(first.get("config") or {}, other.get("config") or {})
+    if refused:
+        raise CheckpointError(
+            f"checkpoints {first_path} and {other_path} were trained with different settings "
+            f"({'; '.join(refused)}): average checkpoints of one run"
+        )
+
+
 def average_checkpoints(paths: list[Path]) -> dict:
-    """The first checkpoint with its model weights replaced by the mean over all of them."""
+    """The first checkpoint with its model weights replaced by the mean over all of them.
+
+    Refused (CheckpointError) for checkpoints of different runs: other tokenizers or settings.
+    averaged_steps records the step of each input (the newest is the average's age).
+    """
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
     total = {k: v.double() for k, v in first["model"].items()}
+    steps = [first.get("step")]
     for path in paths[1:]:
-        for k, v in load_checkpoint(path)["model"].items():
+        state = load_checkpoint(path)
+        check_same_run(first, paths[0], state, path)
+        steps.append(state.get("step"))
+        for k, v in state["model"].items():
             total[k] += v.double()
     first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) for k, v in total.items()}
     first["averaged"] = [str(p) for p in paths]
+    first["averaged_steps"] = steps
     return first
 
 

@@ -5,11 +5,33 @@ import torch
 from data.errors import UserError
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """cuda:<local rank> if asked for or available (auto), else the named device."""
+class DeviceError(UserError):
+    """A device that does not exist or is not available here."""
+
+
+def resolve_device(name: str, local_rank: int = 0, key: str = "device") -> torch.device:
+    """cuda:<local rank> if asked for or available (auto), else the named device.
+
+    key names the setting in errors (trainer.device for training). A name torch does not know,
+    or a CUDA device on a machine without one, is a DeviceError.
+    """
+    name = str(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(f"cuda:{local_rank}") if name == "cuda" else torch.device(name)
+    try:
+        device = torch.device(f"cuda:{local_rank}") if name == "cuda" else torch.device(name)
+    except RuntimeError:
+        raise DeviceError(
+            f"{key}={name}: not a device name; pass auto, cpu, cuda or cuda:N"
+        ) from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (device.index or 0) >= count:
+            raise DeviceError(
+                f"{key}={name}: this machine has {count} usable CUDA device(s) (torch "
+                f"{torch.__version__}, CUDA build {torch.version.cuda}); pass {key}=cpu or auto"
+            )
+    return device
 
 
 def use_bf16(precision: str, device: torch.device) -> bool:

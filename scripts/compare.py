@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from data.errors import report_user_errors
-from evaluation.compare import compare, markdown
+from evaluation.compare import TABLE3_EVAL, compare, markdown
 
 
 @report_user_errors
@@ -34,8 +34,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--baseline", default="sinusoidal", help="the variant others are compared to"
     )
+    parser.add_argument(
+        "--allow-stale",
+        action="store_true",
+        help="compare evaluations older than their run's last step, flagged, instead of refusing",
+    )
+    parser.add_argument(
+        "--score",
+        action="store_true",
+        help=f"first score runs that lack a fresh --eval evaluation (default {TABLE3_EVAL})",
+    )
     args = parser.parse_args(argv)
-    result = compare(args.paths, args.eval_name, args.out, args.refs, args.resamples, args.baseline)
+    result = compare(
+        args.paths,
+        args.eval_name,
+        args.out,
+        args.refs,
+        args.resamples,
+        args.baseline,
+        args.allow_stale,
+        args.score,
+    )
     print(markdown(result))
     print(
         f"written: {result['out_dir']}/compare.md, compare.json, bleu_by_variant.png, "

@@ -85,6 +85,27 @@ def test_average_is_the_elementwise_mean(tmp_path):
         average_checkpoints([])
 
 
+def test_averaging_refuses_checkpoints_of_other_settings_or_tokenizers(tmp_path):
+    config = {"position": {"_target_": "Sinusoidal"}, "trainer": {"max_steps": 10}}
+    variants = {
+        "base": config,
+        "rope": {**config, "position": {"_target_": "RoPE"}},
+        "tok": config,
+        "up": {**config, "trainer": {"max_steps": 20}},  # a resume that raised max_steps
+    }
+    paths = {}
+    for step, (name, variant) in enumerate(variants.items(), start=1):
+        state = {**fake_state(step), "config": variant}
+        state["tokenizer"] = {"path": "spm.model", "sha256": ("b" if name == "tok" else "a") * 64}
+        paths[name] = tmp_path / f"{name}.pt"
+        save_checkpoint(state, paths[name])
+    with pytest.raises(CheckpointError, match="different settings .position._target_: "):
+        average_checkpoints([paths["base"], paths["rope"]])
+    with pytest.raises(CheckpointError, match="different tokenizers .sha256 aaaaaaaaaaaa vs bbbb"):
+        average_checkpoints([paths["base"], paths["tok"]])
+    assert average_checkpoints([paths["base"], paths["up"]])["averaged_steps"] == [1, 4]
+
+
 def test_latest_falls_back_past_a_truncated_last_with_a_warning(tmp_path):
     save_checkpoint(fake_state(5), tmp_path / "step_5.pt")
     save_checkpoint(fake_state(10), tmp_path / "last.pt")

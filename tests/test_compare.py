@@ -36,19 +36,31 @@ def corrupt(refs: list[str], drop: float, seed: int) -> list[str]:
     return [" ".join(w for w in ref.split() if rng.random() >= drop) for ref in refs]
 
 
-def make_run(root, position: str, seed: int, toy_validation, name="validation-last-beam4"):
-    """A run folder as train.py + evaluate.py write it, with hypotheses of a known quality."""
+def make_run(
+    root,
+    position: str,
+    seed: int,
+    toy_validation,
+    name="validation-last-beam4",
+    choice: str | None = None,
+    eval_step: int | None = None,
+    tokenizer: str = "ab" * 32,
+):
+    """A run folder as train.py + evaluate.py write it, with hypotheses of a known quality.
+
+    choice: the position choice name (default: the class's config name); eval_step: the step
+    its evaluation scored (default: the run's last); tokenizer: the sha256 it records.
+    """
     from torch.utils.tensorboard import SummaryWriter
 
     from data.bleu import bleu_by_length, tokenized_bleu
 
     srcs, refs = toy_validation
-    run = root / f"position={VARIANT[position]},seed={seed}"
+    choice = choice or VARIANT[position]
+    run = root / f"position={choice},seed={seed}"
     (run / ".hydra").mkdir(parents=True)
-    OmegaConf.save(
-        compose_config([*DATA, f"position={VARIANT[position]}", f"seed={seed}"]),
-        run / ".hydra" / "config.yaml",
-    )
+    config = compose_config([*DATA, f"position={VARIANT[position]}", f"seed={seed}"])
+    OmegaConf.save(config, run / ".hydra" / "config.yaml")
     curve = [(100 * k, 40.0 / k + DROP[position] + seed / 100) for k in range(1, 5)]
     writer = SummaryWriter(run / "tensorboard")
     for step, ppl in curve:
@@ -61,6 +73,7 @@ def make_run(root, position: str, seed: int, toy_validation, name="validation-la
         "dev_ppl": curve[-1][1],
         "parameters": 1_000_000,
         "position": position,
+        "position_choice": choice,
         "seed": seed,
     }
     (run / "metrics.json").write_text(json.dumps(metrics))
@@ -70,6 +83,11 @@ def make_run(root, position: str, seed: int, toy_validation, name="validation-la
     hyp_path.write_text("".join(h + "\n" for h in hyps))
     scores = {
         "name": name,
+        "step": metrics["steps"] if eval_step is None else eval_step,
+        "position": choice,
+        "split": "validation",
+        "data": OmegaConf.to_container(config.data, resolve=True),
+        "tokenizer_sha256": tokenizer,
         "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
         "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2",
         "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
@@ -207,6 +225,40 @@ def test_errors_are_one_clear_line(tmp_path, capsys, toy_validation):
     make_run(tmp_path / "b", "SinusoidalPositionEncoding", 1, toy_validation, name="validation-x")
     make_run(tmp_path / "b", "LearnedPositionEncoding", 1, toy_validation, name="validation-y")
     assert "--eval NAME" in error_of(capsys, tmp_path / "b")
+
+
+def test_variants_are_told_apart_by_choice_name_not_class(tmp_path, toy_validation):
+    for seed in (1, 2):
+        make_run(tmp_path, "SinusoidalPositionEncoding", seed, toy_validation)
+        make_run(tmp_path, "SinusoidalPositionEncoding", seed, toy_validation, choice="sin_b500")
+    result = main([str(tmp_path), "--resamples", "0"])
+    assert [row["variant"] for row in result["variants"]] == ["sinusoidal", "sin_b500"]
+    assert [row["n"] for row in result["variants"]] == [2, 2]
+
+
+def test_a_stale_evaluation_is_refused_or_flagged(tmp_path, capsys, toy_validation):
+    make_run(tmp_path, "SinusoidalPositionEncoding", 1, toy_validation)
+    stale = make_run(tmp_path, "LearnedPositionEncoding", 1, toy_validation, eval_step=30)[0]
+    err = error_of(capsys, tmp_path)
+    assert f"{stale}/eval/validation-last-beam4.json scored step 30" in err
+    assert "trained to step 401" in err and "--allow-stale" in err
+    result = main([str(tmp_path), "--resamples", "0", "--allow-stale"])
+    assert [r["stale"] for r in result["runs"]] == [True, False]  # learned, sinusoidal
+    assert "learned (stale)" in (tmp_path / "compare" / "compare.md").read_text()
+
+
+def test_runs_of_other_corpora_or_tokenizers_are_never_pooled(tmp_path, capsys, toy_validation):
+    make_run(tmp_path / "a", "SinusoidalPositionEncoding", 1, toy_validation)
+    make_run(tmp_path / "a", "LearnedPositionEncoding", 1, toy_validation, tokenizer="cd" * 32)
+    assert "different tokenizers" in error_of(capsys, tmp_path / "a", "--resamples", "0")
+    make_run(tmp_path / "b", "SinusoidalPositionEncoding", 1, toy_validation)
+    other = make_run(tmp_path / "b", "LearnedPositionEncoding", 1, toy_validation)[0]
+    scores_path = other / "eval" / "validation-last-beam4.json"
+    scores = json.loads(scores_path.read_text())
+    scores["data"]["corpus"]["train_size"] = 99  # another toy corpus
+    scores_path.write_text(json.dumps(scores))
+    err = error_of(capsys, tmp_path / "b", "--resamples", "0")
+    assert "different corpus or evaluation splits" in err
 
 
 def test_compare_reads_a_real_run(trained_run, tmp_path):

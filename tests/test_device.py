@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from data.errors import UserError
-from model.device import resolve_device, use_bf16
+from model.device import DeviceError, resolve_device, use_bf16
 
 
 def test_precision_names_and_auto():
@@ -17,6 +17,18 @@ def test_precision_names_and_auto():
 
 def test_device_names():
     assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device("cuda", local_rank=3) == torch.device("cuda:3")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device("auto").type == expected
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_takes_the_local_rank():
+    assert resolve_device("cuda", local_rank=0) == torch.device("cuda:0")
+
+
+def test_unknown_or_unavailable_devices_are_one_line_naming_the_key():
+    with pytest.raises(DeviceError, match=r"^trainer.device=foo: not a device name; pass auto"):
+        resolve_device("foo", key="trainer.device")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(DeviceError, match=rf"device=cuda:{count}: this machine has {count} usable"):
+        resolve_device(f"cuda:{count}")

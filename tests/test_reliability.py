@@ -9,6 +9,7 @@ through the command line.
 """
 
 import errno
+import io
 import json
 import os
 import random
@@ -29,7 +30,7 @@ import model.checkpoint as checkpoint
 from data.corpus import prepare_data
 from data.errors import UserError
 from data.toy import main as write_toy_corpus
-from evaluate import evaluate
+from evaluate import evaluate, translate_stdin
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, step_checkpoints
 from tests.conftest import ROOT, compose_config
 from train import train
@@ -63,7 +64,11 @@ def quick_overrides(cache_dir: Path, *extra: str) -> list[str]:
 
 
 def run_cli(
-    script: str, overrides: list[str], prelude: str = "", full_error: bool = False
+    script: str,
+    overrides: list[str],
+    prelude: str = "",
+    full_error: bool = False,
+    stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess:
     """Run `python <script> <overrides>` from the project root; prelude runs first, in-process."""
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
@@ -75,7 +80,11 @@ def run_cli(
         command = [sys.executable, "-c", f"{prelude}\n{launch}", script, *overrides]
     else:
         command = [sys.executable, script, *overrides]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, input=stdin or b"", timeout=300
+    )
+    out, err = (b.decode("utf-8", errors="replace") for b in (result.stdout, result.stderr))
+    return subprocess.CompletedProcess(result.args, result.returncode, out, err)
 
 
 def assert_same_training_state(a: dict, b: dict) -> None:
@@ -395,6 +404,11 @@ def bad(tmp_path_factory) -> Path:
         root / "schema" / "train.jsonl"
     )
     (root / "empty_run").mkdir()
+    words = "the small dog sees a red cat near the house "
+    (root / "long_line.en").write_text((words * (100_000 // len(words) + 1))[:100_000] + "\n")
+    (root / "blank.en").write_text("\n  \n\t\n", encoding="utf-8")
+    (root / "three.en").write_text("the dog\na cat\nthe house\n", encoding="utf-8")
+    (root / "not_a_folder").write_text("a file where a run directory should go\n")
     overrides = [*text_overrides(root), f"run_dir={root / 'run'}", "trainer.max_steps=2"]
     train(compose_config(overrides))
     state = load_checkpoint(root / "run" / "checkpoints" / "last.pt")
@@ -432,6 +446,8 @@ def copy_of_run(root: Path, name: str) -> Path:
     return target
 
 
+# A CUDA device this machine lacks: cuda on a CPU-only machine, else one past the last GPU.
+MISSING_CUDA = f"cuda:{torch.cuda.device_count()}" if torch.cuda.is_available() else "cuda"
 # Each case: (entry point, overrides given the fixture folder, texts the one line must contain).
 CASES = {
     "missing data path": (
@@ -503,7 +519,7 @@ CASES = {
     "resume with another vocabulary": (
         "train",
         lambda r: [*text_overrides(r), "data.vocab_size=120", f"run_dir={copy_of_run(r, 'vocab')}"],
-        ["another tokenizer/vocabulary", "last.pt", "run_dir"],
+        ["data.vocab_size: 100 -> 120", "last.pt", "run_dir"],
     ),
     "resume with another model": (
         "train",
@@ -534,7 +550,135 @@ CASES = {
         ],
         ["No space left on device", "last.pt is intact", "free space"],
     ),
+    # training settings, resumes and run directories (issue: tracebacks, accepted nonsense)
+    "missing validation split": (
+        "train",
+        lambda r: [*text_overrides(r), "~data.files.validation"],
+        ["no 'validation' split", "found train, test", "data.corpus"],
+    ),
+    "warmup not positive": (
+        "train",
+        lambda r: [*text_overrides(r), "optim.warmup=0"],
+        ["optim.warmup=0", "whole number >= 1"],
+    ),
+    "eval_every zero": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.eval_every=0"],
+        ["trainer.eval_every=0", "whole number >= 1"],
+    ),
+    "log_every zero": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.log_every=0"],
+        ["trainer.log_every=0", "whole number >= 1"],
+    ),
+    "negative update_freq": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.update_freq=-1"],
+        ["trainer.update_freq=-1", "or null"],
+    ),
+    "negative max_steps": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.max_steps=-1"],
+        ["trainer.max_steps=-1", "whole number >= 1"],
+    ),
+    "training on an unknown device": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.device=foo"],
+        ["trainer.device=foo", "not a device name"],
+    ),
+    "training on CUDA without CUDA": (
+        "train",
+        lambda r: [*text_overrides(r), f"trainer.device={MISSING_CUDA}"],
+        [f"trainer.device={MISSING_CUDA}", "usable CUDA device", "trainer.device=cpu"],
+    ),
+    "unwritable run directory": (
+        "train",
+        lambda r: [*text_overrides(r), f"run_dir={r / 'not_a_folder' / 'run'}"],
+        ["not_a_folder/run", "cannot write there", "writable directory"],
+    ),
+    "resume with another seed": (
+        "train",
+        lambda r: [*text_overrides(r), "seed=2", f"run_dir={copy_of_run(r, 'seed')}"],
+        ["seed: 1 -> 2", "last.pt", "run_dir"],
+    ),
+    "resume with another schedule": (
+        "train",
+        lambda r: [
+            *text_overrides(r),
+            *("optim.warmup=10", "optim.lr_scale=50"),
+            f"run_dir={copy_of_run(r, 'schedule')}",
+        ],
+        ["optim.lr_scale: 1.0 -> 50", "optim.warmup: 4000 -> 10", "last.pt"],
+    ),
+    "resume with another max_len": (
+        "train",
+        lambda r: [*text_overrides(r), "data.max_len=64", f"run_dir={copy_of_run(r, 'max_len')}"],
+        ["data.max_len: 256 -> 64", "last.pt"],
+    ),
+    "resume below the checkpoint's step": (
+        "train",
+        lambda r: [*text_overrides(r), "trainer.max_steps=1", f"run_dir={copy_of_run(r, 'low')}"],
+        ["trainer.max_steps: 1 is below the checkpoint's step 2", "last.pt"],
+    ),
+    # evaluation options and inputs (issue: raw tracebacks, accepted nonsense, hangs)
+    "evaluate without run_dir": ("evaluate", lambda r: [], ["run_dir is not set", "run_dir="]),
+    "lenpen too large": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "lenpen=1e9"],
+        ["lenpen=1000000000.0", "from 0 to 10"],
+    ),
+    "negative lenpen": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "lenpen=-1"],
+        ["lenpen=-1", "from 0 to 10"],
+    ),
+    "nan lenpen": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "lenpen=nan"],
+        ["lenpen=nan", "from 0 to 10"],
+    ),
+    "max_len_b far too large": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "max_len_b=100000"],
+        ["max_len_b=100000", "max_input_len=1024"],
+    ),
+    "a 100k-character source line": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", f"src_file={r / 'long_line.en'}"],
+        ["line 1 of", "long_line.en", "max_input_len=1024", "long_inputs=skip"],
+    ),
+    "blank-only source file": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", f"src_file={r / 'blank.en'}"],
+        ["src_file=", "blank.en", "no non-blank line"],
+    ),
+    "blank-only reference file": (
+        "evaluate",
+        lambda r: [
+            f"run_dir={r / 'run'}",
+            f"src_file={r / 'three.en'}",
+            f"ref_file={r / 'blank.en'}",
+        ],
+        ["ref_file=", "blank.en", "no non-blank line"],
+    ),
+    "evaluation on an unknown device": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "device=foo"],
+        ["device=foo", "not a device name"],
+    ),
+    "evaluation on CUDA without CUDA": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", f"device={MISSING_CUDA}"],
+        [f"device={MISSING_CUDA}", "usable CUDA device", "device=cpu"],
+    ),
+    "non-UTF-8 stdin with translate=true": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "translate=true"],
+        ["stdin", "invalid UTF-8 on line 2", "UTF-8"],
+    ),
 }
+# What the stdin cases read.
+STDIN = {"non-UTF-8 stdin with translate=true": "the dog\ncaf\xe9\n".encode("latin-1")}
 FULL_DISK = """
 import errno, torch
 real_save, calls = torch.save, []
@@ -550,7 +694,15 @@ CLI_CASES = [
     "unknown position variant",
     "run directory without checkpoints",
     "disk full while saving",
+    "evaluate without run_dir",
+    "a 100k-character source line",
+    "non-UTF-8 stdin with translate=true",
+    "resume with another seed",
+    "unwritable run directory",
+    "negative max_steps",
 ]
+# Every case, in-process or on the command line, ends within this many seconds.
+CASE_SECONDS = 60
 
 
 def run_dir_of(overrides: list[str], fallback: Path) -> Path:
@@ -567,8 +719,9 @@ def assert_no_result_written(run_dir: Path, entry: str) -> None:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c != "disk full while saving"])
-def test_bad_input_is_one_clear_error_in_process(case, bad, tmp_path):
+def test_bad_input_is_one_clear_error_in_process(case, bad, tmp_path, monkeypatch):
     entry, make_overrides, expected = CASES[case]
+    start = time.monotonic()
     overrides = make_overrides(bad)
     run_dir = run_dir_of(overrides, tmp_path)
     if entry == "train":
@@ -577,8 +730,12 @@ def test_bad_input_is_one_clear_error_in_process(case, bad, tmp_path):
         with pytest.raises(Exception) as raised:
             train(compose_config(overrides))
     else:
+        cfg = compose_config(overrides, config_name="evaluate")
+        if case in STDIN:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(STDIN[case])))
         with pytest.raises(Exception) as raised:
-            evaluate(compose_config(overrides, config_name="evaluate"))
+            translate_stdin(cfg) if cfg.translate else evaluate(cfg)
+    assert time.monotonic() - start < CASE_SECONDS
     message = str(raised.value)
     if case != "unknown position variant":  # Hydra's error, raised while composing the config
         assert isinstance(raised.value, UserError | OSError), repr(raised.value)
@@ -597,7 +754,9 @@ def check_cli_case(case: str, bad: Path, tmp_path: Path) -> None:
         overrides = [o for o in overrides if not o.startswith("run_dir=")]
         overrides.append(f"hydra.run.dir={run_dir}")
     prelude = FULL_DISK if case == "disk full while saving" else ""
-    result = run_cli(f"{entry}.py", overrides, prelude=prelude)
+    start = time.monotonic()
+    result = run_cli(f"{entry}.py", overrides, prelude=prelude, stdin=STDIN.get(case))
+    assert time.monotonic() - start < CASE_SECONDS
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode != 0 and lines, result.stdout[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -632,3 +791,12 @@ def test_hydra_full_error_shows_the_traceback(bad, tmp_path):
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "DataError" in result.stderr
     assert "\nerror: " not in result.stderr
+
+
+def test_a_genuine_bug_keeps_its_traceback(bad, tmp_path):
+    bug = "import model.training_settings as m\nm.check_training_settings = lambda cfg: 1 / 0"
+    overrides = [*text_overrides(bad), f"hydra.run.dir={tmp_path / 'run'}"]
+    result = run_cli("train.py", overrides, prelude=bug)
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr
+    assert "\nerror: " not in f"\n{result.stderr}"

@@ -80,6 +80,12 @@ def test_sha256_matches_file_and_is_reproducible(tmp_path, tokenizer, texts):
     assert smaller.sha256 != tokenizer.sha256
 
 
+def test_one_or_two_threads_give_the_same_model_bytes(tmp_path, tokenizer, texts):
+    one = train_tokenizer(texts, VOCAB, tmp_path / "one", sample_size=len(texts), num_threads=1)
+    assert one.path.read_bytes() == tokenizer.path.read_bytes()  # the fixture used 2 threads
+    assert one.sha256 == tokenizer.sha256
+
+
 def test_written_atomically_with_meta(tmp_path, texts):
     out = tmp_path / "tok"
     tok = train_tokenizer(texts, VOCAB, out, sample_size=1000, seed=1, num_threads=2)

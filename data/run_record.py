@@ -1,0 +1,75 @@
+"""A run's own record of how it was trained: one entry per launch (segment) in segments.json.
+
+Hydra's `.hydra/overrides.yaml` holds the latest launch only; `<run_dir>/segments.json` keeps
+every segment: when and where it ran, its command-line overrides, the settings it changed
+from the checkpoint it resumed (only those that leave the training as it was), the steps it
+covered and how it ended. Written atomically by the process holding the run's lock.
+"""
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from data.errors import UserError
+from data.files import write_json
+
+SEGMENTS_FILE = "segments.json"
+
+
+def read_segments(run_dir: str | Path) -> list[dict]:
+    """The segments recorded in run_dir (none for a new run)."""
+    path = Path(run_dir) / SEGMENTS_FILE
+    if not path.is_file():
+        return []
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path} is not valid JSON ({e.msg}): restore it or move it away") from e
+    if not isinstance(record, dict) or not isinstance(record.get("segments"), list):
+        raise UserError(f"{path} holds no list of segments: restore it or move it away")
+    return record["segments"]
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def start_segment(
+    run_dir: str | Path,
+    start_step: int,
+    overrides: list[str] | None,
+    changes: list[str],
+) -> int:
+    """Append the entry of the segment starting now; return its index."""
+    segments = read_segments(run_dir)
+    segments.append(
+        {
+            "segment": len(segments) + 1,
+            "started": _now(),
+            "ended": None,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "cwd": os.getcwd(),
+            "overrides": overrides,
+            "changed_settings": changes,
+            "start_step": start_step,
+            "end_step": None,
+            "wall_seconds": None,
+            "outcome": "running (or killed)",
+        }
+    )
+    write_json(Path(run_dir) / SEGMENTS_FILE, {"segments": segments})
+    return len(segments) - 1
+
+
+def end_segment(
+    run_dir: str | Path, index: int, end_step: int, wall_seconds: float, outcome: str
+) -> None:
+    """Complete segment index's entry: the step it reached, its time, how it ended."""
+    segments = read_segments(run_dir)
+    segments[index].update(
+        ended=_now(), end_step=end_step, wall_seconds=round(wall_seconds, 1), outcome=outcome
+    )
+    write_json(Path(run_dir) / SEGMENTS_FILE, {"segments": segments})

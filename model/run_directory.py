@@ -1,0 +1,176 @@
+"""A run's directory: one training process at a time (a lock), a name and a place that work.
+
+- RunDirectoryLock: an exclusive lock on `<run_dir>/.lock`. The lock is the kernel's
+  (`fcntl.flock`), so it ends with its holder whatever the way it ends: a run killed with
+  SIGKILL leaves the file behind but not the lock, and the next run takes it over. The file
+  holds the holder's PID and host, so a refused process can name it.
+- folder_name: a sweep job's folder name (Hydra's override_dirname) kept under the file
+  system's 255-byte limit.
+- RunDirectoryCheck: a Hydra callback that reports a run or sweep directory that cannot be
+  created as one `error:` line before Hydra tries (Hydra's own failure is a traceback).
+"""
+
+import fcntl
+import hashlib
+import logging
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from data.errors import UserError
+
+LOCK_FILE = ".lock"
+
+log = logging.getLogger(__name__)
+
+
+class RunDirectoryInUseError(UserError):
+    """Another live process trains in this run directory."""
+
+
+class RunDirectoryLock:
+    """An exclusive lock on a run directory while one process trains in it (a context manager).
+
+    Only the holder writes, resumes or cleans up in the directory; a second process refuses
+    with one line naming the holder, before it reads or changes anything there.
+    """
+
+    def __init__(self, run_dir: str | Path):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self._file = None
+
+    def _open_locked(self):
+        """The lock file, locked by this process, or RunDirectoryInUseError naming the holder."""
+        file = open(self.path, "a+", encoding="utf-8")  # a+: the holder's PID stays readable
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            file.seek(0)
+            holder = file.read().strip() or "unknown"
+            file.close()
+            raise RunDirectoryInUseError(
+                f"run directory {self.run_dir} is in use by process {holder}: wait for that "
+                "run to end (or stop it), or pass another hydra.run.dir / run_dir"
+            ) from None
+        return file
+
+    def check_free(self) -> None:
+        """RunDirectoryInUseError if a live process holds the lock; changes nothing."""
+        if self.path.is_file():
+            file = self._open_locked()
+            fcntl.flock(file, fcntl.LOCK_UN)
+            file.close()
+
+    def acquire(self) -> "RunDirectoryLock":
+        """Take the lock, or raise RunDirectoryInUseError naming the process that holds it."""
+        check_writable(self.run_dir, "run_dir")
+        file = self._open_locked()
+        file.seek(0)
+        previous = file.read().strip()
+        if previous:  # a holder that ended without releasing: killed, or a crashed machine
+            log.warning(f"{self.path}: taking over the lock left by process {previous}")
+        file.seek(0)
+        file.truncate()
+        file.write(f"{os.getpid()} on {socket.gethostname()}\n")
+        file.flush()
+        self._file = file
+        return self
+
+    def release(self) -> None:
+        """Give the lock up; the file stays (deleting it would race with a process opening it)."""
+        if self._file is not None:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.flush()
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "RunDirectoryLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class RunDirectoryError(UserError):
+    """A run or sweep directory that cannot be created or written."""
+
+
+def check_writable(directory: str | Path, key: str) -> None:
+    """Create directory (and parents) and write a file in it, or raise RunDirectoryError."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as e:
+        raise RunDirectoryError(
+            f"{key}={directory}: cannot write there ({e.strerror or e}); pass a writable "
+            f"directory as {key}"
+        ) from None
+
+
+# Longest folder name most file systems take (ext4, xfs, btrfs, NTFS: 255 bytes).
+MAX_NAME_BYTES = 255
+
+
+def folder_name(name: str) -> str:
+    """name as one folder: '/' as '_', and past MAX_NAME_BYTES its first 200 bytes, '__' and
+    12 hex digits of its sha256.
+
+    A config resolver for hydra.sweep.subdir: an override naming a path (data.path=a/b) would
+    otherwise nest folders, and a long override list fails at mkdir. The full overrides stay in
+    the job's .hydra/overrides.yaml.
+    """
+    name = name.replace(os.sep, "_")
+    raw = name.encode("utf-8")
+    if len(raw) <= MAX_NAME_BYTES:
+        return name
+    head = raw[:200].decode("utf-8", errors="ignore")
+    return f"{head}__{hashlib.sha256(raw).hexdigest()[:12]}"
+
+
+class RunDirectoryCheck:
+    """A Hydra callback: the run (or sweep) directory must be writable and free before Hydra
+    writes into it (its .hydra/ and log file).
+
+    Hydra creates the directory itself and reports a failure as a traceback; this checks it
+    first and exits with one `error:` line (status 1). A run directory a live training holds
+    is refused here too, so a second launch does not even rewrite its .hydra/ files (ranks
+    other than 0 of one launch share the directory: only the main process checks).
+    configs/train.yaml installs it.
+    """
+
+    def _check(self, directory: str, key: str, free: bool = False) -> None:
+        try:
+            check_writable(directory, key)
+            main_process = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
+            if free and main_process:
+                RunDirectoryLock(directory).check_free()
+        except UserError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(1)
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config.hydra.run.dir, "hydra.run.dir", free=True)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+    def on_run_end(self, config: DictConfig, **kwargs) -> None:
+        pass
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        pass
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        pass
+
+    def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        pass

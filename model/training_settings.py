@@ -1,0 +1,68 @@
+"""Training settings out of range, refused before any data is read: one line naming the key.
+
+A zero or negative count (`trainer.eval_every=0` divides by zero at step 1; `max_steps=-1`
+or `update_freq=-1` would end a "complete" run of 0 steps) is a SettingError here, at the
+boundary, rather than a traceback or a silent nonsense result later.
+"""
+
+import math
+
+from omegaconf import DictConfig
+
+from data.errors import UserError
+
+
+class SettingError(UserError):
+    """A training setting out of its range."""
+
+
+def _check(key: str, value, minimum: float, optional: bool, integer: bool, hint: str) -> None:
+    """SettingError unless value (or None when optional) is a number >= minimum."""
+    if value is None and optional:
+        return
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    whole = not integer or (math.isfinite(number) and number == int(number))
+    if not (math.isfinite(number) and number >= minimum and whole):
+        kind = "a whole number" if integer else "a number"
+        also = " or null" if optional else ""
+        raise SettingError(f"{key}={value}: pass {kind} >= {minimum:g}{also} ({hint})")
+
+
+# key: (minimum, optional (null allowed), integer, what it means)
+RANGES = {
+    "trainer.max_steps": (1, False, True, "updates to train"),
+    "trainer.max_epochs": (1, True, True, "passes over the training data"),
+    "trainer.max_minutes": (1e-9, True, False, "minutes of training in all segments"),
+    "trainer.effective_tokens": (1, False, True, "tokens per side per update"),
+    "trainer.update_freq": (1, True, True, "batches per update; null derives it"),
+    "trainer.eval_every": (1, False, True, "updates between validations"),
+    "trainer.eval_bleu_sentences": (0, False, True, "0 turns greedy BLEU off"),
+    "trainer.save_every_steps": (1, True, True, "null: no step cadence"),
+    "trainer.save_every_minutes": (1e-9, True, False, "null: no time cadence"),
+    "trainer.keep_last": (1, False, True, "step checkpoints kept"),
+    "trainer.log_every": (1, False, True, "updates between log lines"),
+    "trainer.num_threads": (1, True, True, "null: torch's default"),
+    "optim.warmup": (1, False, True, "the paper: 4000"),
+    "optim.lr_scale": (1e-12, False, False, "the paper: 1.0"),
+    "optim.eps": (0, False, False, "the paper: 1e-9"),
+    "data.max_tokens": (1, False, True, "tokens per batch and side"),
+}
+
+
+def check_training_settings(cfg: DictConfig) -> None:
+    """Raise SettingError naming the first training setting out of range (RANGES)."""
+    for key, (minimum, optional, integer, hint) in RANGES.items():
+        section, name = key.split(".")
+        if name in cfg[section]:
+            _check(key, cfg[section][name], minimum, optional, integer, hint)
+    smoothing = float(cfg.optim.label_smoothing)
+    if not 0 <= smoothing < 1:  # also nan
+        raise SettingError(
+            f"optim.label_smoothing={cfg.optim.label_smoothing}: pass a number from 0 to below 1 "
+            "(the paper: 0.1)"
+        )
+    if cfg.optim.clip_norm is not None:
+        _check("optim.clip_norm", cfg.optim.clip_norm, 1e-12, True, False, "null: no clipping")

@@ -1,0 +1,49 @@
+"""model/training_settings.py and model/resume.py: settings refused before any data is read."""
+
+import pytest
+
+from model.resume import KEEP_THE_MATH, setting_differences
+from model.training_settings import SettingError, check_training_settings
+from tests.conftest import compose_config
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("optim.warmup=0", "optim.warmup=0: pass a whole number >= 1"),
+        ("optim.warmup=-5", "optim.warmup=-5: pass a whole number >= 1"),
+        ("trainer.eval_every=0", "trainer.eval_every=0: pass a whole number >= 1"),
+        ("trainer.log_every=0", "trainer.log_every=0: pass a whole number >= 1"),
+        ("trainer.update_freq=-1", "trainer.update_freq=-1: pass a whole number >= 1 or null"),
+        ("trainer.max_steps=-1", "trainer.max_steps=-1: pass a whole number >= 1"),
+        ("trainer.max_minutes=0", "trainer.max_minutes=0: pass a number >= 1e-09 or null"),
+        ("optim.label_smoothing=1.0", "optim.label_smoothing=1.0: pass a number from 0"),
+        ("trainer.keep_last=1.5", "trainer.keep_last=1.5: pass a whole number >= 1"),
+    ],
+)
+def test_out_of_range_settings_are_one_line_naming_the_key(override, expected):
+    with pytest.raises(SettingError) as raised:
+        check_training_settings(compose_config([override]))
+    assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
+
+
+def test_every_experiment_passes():
+    for experiment in ("quickstart", "table3_base", "table3_multi30k", "multi30k_small"):
+        check_training_settings(compose_config([f"experiment={experiment}"]))
+
+
+def test_resume_differences_tell_trajectory_from_bookkeeping():
+    stored = {"seed": 1, "optim": {"warmup": 4000}, "trainer": {"max_steps": 100, "log_every": 10}}
+    wanted = {"seed": 2, "optim": {"warmup": 10}, "trainer": {"max_steps": 200, "log_every": 5}}
+    refused, allowed = setting_differences(stored, wanted)
+    assert refused == ["optim.warmup: 4000 -> 10", "seed: 1 -> 2"]
+    assert allowed == ["trainer.log_every: 10 -> 5", "trainer.max_steps: 100 -> 200"]
+    added, _ = setting_differences(stored, {**stored, "data": {"max_len": 64}})
+    assert added == ["data.max_len: <absent> -> 64"]  # a key the checkpoint lacks is refused
+
+
+def test_the_allowed_keys_exist_in_the_configs():
+    cfg = compose_config(["experiment=quickstart"])
+    for key in KEEP_THE_MATH:
+        section, _, name = key.partition(".")
+        assert section in cfg and (not name or name in cfg[section]), key
