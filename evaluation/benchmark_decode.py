@@ -298,7 +298,7 @@ def benchmark_engines(
     if num_threads:
         torch.set_num_threads(num_threads)
     state, tag = load_run(Path(run_dir), checkpoint)
-    model, tokenizer = rebuild_model(state, torch.device("cpu"))
+    model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
     srcs, refs = list(dataset["src"])[:sentences], list(dataset["tgt"])[:sentences]
     sources = [ids + [EOS_ID] for ids in tokenizer.encode(srcs)]

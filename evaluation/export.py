@@ -83,7 +83,7 @@ def export_hf(
     max_positions: rows of Marian's sinusoid table (its longest sequence; ours has no cap).
     """
     state, tag = load_run(Path(run_dir), checkpoint)
-    model, tokenizer = rebuild_model(state, torch.device("cpu"))
+    model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:
         check_mappable(model)
     except UserError as e:
