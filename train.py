@@ -34,7 +34,7 @@ from model.checkpoint import (
     remove_temporary_files,
     save_checkpoint,
 )
-from model.device import resolve_device, use_bf16
+from model.device import resolve_device, use_bf16, use_cuda_device
 from model.loss import forward_backward, perplexity
 from model.optim import noam_adam
 from model.transformer import build_model, count_parameters
@@ -69,9 +69,7 @@ def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    use_cuda_device(device)
     return rank, world, device
 
 
