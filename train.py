@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import resource
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -18,6 +19,7 @@ from pathlib import Path
 import hydra
 import torch
 import torch.distributed as dist
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
@@ -37,6 +39,8 @@ from model.checkpoint import (
 from model.device import resolve_device, use_bf16, use_cuda_device
 from model.loss import forward_backward, perplexity
 from model.optim import noam_adam
+from model.preemption import StopSignals, TrainingInterrupted
+from model.rng import restore_rng_states, rng_states, seed_rank
 from model.transformer import build_model, count_parameters
 from model.translate import translate
 
@@ -134,7 +138,7 @@ def train(cfg: DictConfig) -> dict:
     bf16 = use_bf16(cfg.trainer.precision, device)
     run_dir, main_rank, trainer = Path(cfg.run_dir), rank == 0, cfg.trainer
     ckpt_dir = run_dir / "checkpoints"
-    torch.manual_seed(cfg.seed)
+    seed_rank(cfg.seed, rank)  # each rank its own dropout masks (model/rng.py)
     data = load_data(cfg, rank, world)
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     dev_set = data.splits["validation"]
@@ -170,7 +174,7 @@ def train(cfg: DictConfig) -> dict:
         for name, part in [("model", model), ("optimizer", optimizer), ("schedule", schedule)]:
             part.load_state_dict(resumed[name])
         sampler.load_state_dict(resumed["sampler"])
-        torch.set_rng_state(resumed["rng"]["torch"])
+        restore_rng_states(resumed["rng"], rank, device, warn=log.warning)
         step, best_ppl, tokens_seen = resumed["step"], resumed["best_ppl"], resumed["tokens_seen"]
         log.info(f"resumed from step {step}")
     train_model = torch.compile(model) if trainer.compile else model
@@ -179,14 +183,16 @@ def train(cfg: DictConfig) -> dict:
     writer = SummaryWriter(run_dir / "tensorboard") if main_rank else None
     resolved = OmegaConf.to_container(cfg, resolve=True)
 
-    def save(name: str) -> None:
+    def save(name: str, rng: dict | None = None) -> None:
+        """Rank 0 writes a checkpoint; every rank calls it (their RNG states are gathered)."""
+        rng = rng or rng_states(device, world)
         if main_rank:
             state = {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "schedule": schedule.state_dict(),
                 "sampler": sampler.state_dict(),
-                "rng": {"torch": torch.get_rng_state()},
+                "rng": rng,
                 "step": step,
                 "best_ppl": best_ppl,
                 "tokens_seen": tokens_seen,
@@ -215,87 +221,120 @@ def train(cfg: DictConfig) -> dict:
             dev_step = step
             if dev_ppl < best_ppl:
                 best_ppl = dev_ppl
-                save("best.pt")
+                save("best.pt", rng={"torch": [torch.get_rng_state()]})  # rank 0 only
 
+    def save_step_checkpoint() -> None:
+        """step_<step>.pt (the files averaging reads), then last.pt; the oldest pruned."""
+        save(f"step_{step}.pt")
+        save("last.pt")
+        if main_rank:
+            prune_checkpoints(ckpt_dir, trainer.keep_last)
+
+    stop = StopSignals()
     stream, start, last_save = batches(), time.monotonic(), time.monotonic()
     bar = tqdm(
         total=trainer.max_steps, initial=step, disable=not (main_rank and sys.stderr.isatty())
     )
     interval_tokens, interval_start, loss_avg = 0, time.monotonic(), None
     dev_ppl = dev_bleu = dev_step = None
-    while step < trainer.max_steps:
-        if trainer.max_minutes and time.monotonic() - start > 60 * trainer.max_minutes:
-            log.info(f"stopping at step {step}: trainer.max_minutes={trainer.max_minutes} reached")
-            break
-        micro = [b for _, b in zip(range(update_freq), stream, strict=False)]
-        if not micro:
-            log.info(f"stopping at step {step}: trainer.max_epochs={trainer.max_epochs} reached")
-            break
-        loss_sum, nll_sum, tokens = accumulate_gradients(
-            train_model, micro, optim.label_smoothing, device, bf16, world
-        )
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm or math.inf)
-        if not math.isfinite(loss_sum) or not torch.isfinite(grad_norm):
-            bad_steps += 1
-            optimizer.zero_grad(set_to_none=True)
-            log.warning(
-                f"step {step + 1}: non-finite loss or gradient, update skipped "
-                f"({bad_steps} in a row)"
-            )
-            if bad_steps >= 10:
-                raise FloatingPointError(
-                    f"{bad_steps} non-finite updates in a row at step {step + 1}: lower "
-                    "optim.lr_scale or set optim.clip_norm; the last good checkpoint is in "
-                    f"{ckpt_dir}"
+    with stop:  # a stop signal: this step completes, last.pt is written, TrainingInterrupted
+        while step < trainer.max_steps:
+            if signum := stop.stop_signal(world, device):
+                save("last.pt")
+                if world > 1:
+                    dist.barrier()  # rank 0's checkpoint is on disk before any rank leaves
+                bar.close()
+                stop.hand_over(signum)  # under submitit: requeue the job (SIGUSR2)
+                raise TrainingInterrupted(signum, step, ckpt_dir / "last.pt", run_dir)
+            if trainer.max_minutes and time.monotonic() - start > 60 * trainer.max_minutes:
+                log.info(
+                    f"stopping at step {step}: trainer.max_minutes={trainer.max_minutes} reached"
                 )
-            continue
-        bad_steps = 0
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        schedule.step()
-        step += 1
-        tokens_seen, interval_tokens = tokens_seen + tokens, interval_tokens + tokens
-        loss_avg = (
-            loss_sum / tokens if loss_avg is None else 0.98 * loss_avg + 0.02 * loss_sum / tokens
-        )
-        tok_s = interval_tokens / (time.monotonic() - interval_start)
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{tok_s:.0f}")
+                break
+            micro = [b for _, b in zip(range(update_freq), stream, strict=False)]
+            if not micro:
+                log.info(
+                    f"stopping at step {step}: trainer.max_epochs={trainer.max_epochs} reached"
+                )
+                break
+            loss_sum, nll_sum, tokens = accumulate_gradients(
+                train_model, micro, optim.label_smoothing, device, bf16, world
+            )
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                model.parameters(), optim.clip_norm or math.inf
+            )
+            if not math.isfinite(loss_sum) or not torch.isfinite(grad_norm):
+                bad_steps += 1
+                optimizer.zero_grad(set_to_none=True)
+                log.warning(
+                    f"step {step + 1}: non-finite loss or gradient, update skipped "
+                    f"({bad_steps} in a row)"
+                )
+                if bad_steps >= 10:
+                    raise FloatingPointError(
+                        f"{bad_steps} non-finite updates in a row at step {step + 1}: lower "
+                        "optim.lr_scale or set optim.clip_norm; the last good checkpoint is in "
+                        f"{ckpt_dir}"
+                    )
+                continue
+            bad_steps = 0
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+            step += 1
+            tokens_seen, interval_tokens = tokens_seen + tokens, interval_tokens + tokens
+            loss_avg = (
+                loss_sum / tokens
+                if loss_avg is None
+                else 0.98 * loss_avg + 0.02 * loss_sum / tokens
+            )
+            tok_s = interval_tokens / (time.monotonic() - interval_start)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{tok_s:.0f}")
 
-        if main_rank and step % trainer.log_every == 0:
-            step_s = (time.monotonic() - interval_start) / trainer.log_every
-            eta = (trainer.max_steps - step) * step_s / 60
-            if trainer.max_minutes:
-                eta = min(eta, trainer.max_minutes - (time.monotonic() - start) / 60)
-            values = {
-                "loss": loss_avg,
-                "nll": nll_sum / tokens,
-                "lr": schedule.get_last_lr()[0],
-                "grad_norm": float(grad_norm),
-                "tokens_per_s": tok_s,
-                "step_s": step_s,
-                "memory_gib": peak_memory_gib(device),
-            }
-            log_progress(writer, step, values, eta)
-            interval_tokens, interval_start = 0, time.monotonic()
+            if main_rank and step % trainer.log_every == 0:
+                step_s = (time.monotonic() - interval_start) / trainer.log_every
+                eta = (trainer.max_steps - step) * step_s / 60
+                if trainer.max_minutes:
+                    eta = min(eta, trainer.max_minutes - (time.monotonic() - start) / 60)
+                values = {
+                    "loss": loss_avg,
+                    "nll": nll_sum / tokens,
+                    "lr": schedule.get_last_lr()[0],
+                    "grad_norm": float(grad_norm),
+                    "tokens_per_s": tok_s,
+                    "step_s": step_s,
+                    "memory_gib": peak_memory_gib(device),
+                }
+                log_progress(writer, step, values, eta)
+                interval_tokens, interval_start = 0, time.monotonic()
 
-        if step % trainer.eval_every == 0:
-            check_dev()
-        due_minutes = (
-            trainer.save_every_minutes
-            and time.monotonic() - last_save > 60 * trainer.save_every_minutes
-        )
-        if due_minutes or (trainer.save_every_steps and step % trainer.save_every_steps == 0):
-            save(f"step_{step}.pt")
-            save("last.pt")
-            if main_rank:
-                prune_checkpoints(ckpt_dir, trainer.keep_last)
-            last_save = time.monotonic()
+            if step % trainer.eval_every == 0:
+                check_dev()
+            due_minutes = (
+                trainer.save_every_minutes
+                and time.monotonic() - last_save > 60 * trainer.save_every_minutes
+            )
+            # step files (what averaging reads) every save_every_steps, evenly spaced; without
+            # it every save_every_minutes (the paper's Table 2: 10 minutes). With both, the
+            # minutes only refresh last.pt, for resuming.
+            if trainer.save_every_steps and step % trainer.save_every_steps == 0:
+                save_step_checkpoint()
+                last_save = time.monotonic()
+            elif due_minutes:
+                if trainer.save_every_steps:
+                    save("last.pt")
+                else:
+                    save_step_checkpoint()
+                last_save = time.monotonic()
     bar.close()
 
     if dev_step != step:
         check_dev()
-    save("last.pt")
+    if step > 0:
+        save_step_checkpoint()  # the final weights are always a step file too (Table 2 averaging)
+    else:
+        save("last.pt")
     wall = time.monotonic() - start
     epoch = sampler.state_dict()
     metrics = {
@@ -349,6 +388,14 @@ def validate(model, dev_set, data, cfg, device, bf16, writer, step) -> tuple[flo
     return ppl, bleu
 
 
+def resume_command(cfg: DictConfig) -> str:
+    """The command line that resumes this run: its overrides and its run directory."""
+    overrides = list(HydraConfig.get().overrides.task)
+    if not any(o.startswith(("run_dir=", "hydra.run.dir=")) for o in overrides):
+        overrides.append(f"hydra.run.dir={cfg.run_dir}")
+    return shlex.join(["python", "train.py", *overrides])
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
     """Command-line entry: train, and turn known errors into one line and exit status 1."""
@@ -359,6 +406,14 @@ def main(cfg: DictConfig) -> None:
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     try:
         train(cfg)
+    except TrainingInterrupted as e:
+        log.warning(f"{e.summary}; resume: {resume_command(cfg)}")
+        if os.environ.get("SUBMITIT_EXECUTOR"):
+            raise  # a sweep job: the launcher reports it (SIGUSR2 requeued it already)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted before training started: nothing to resume", file=sys.stderr)
+        sys.exit(130)
     except (ValueError, OSError, FloatingPointError) as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
