@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from data.batching import TokenBatchSampler, collate
+from data.batching import TokenBatchSampler, collate, plan_update
 from data.bleu import sacrebleu_score
 from data.corpus import PreparedData, prepare_data, sequence_lengths
 from data.files import write_json
@@ -123,13 +123,24 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 def log_progress(writer: SummaryWriter, step: int, values: dict[str, float], eta: float) -> None:
-    """One log line (loss, nll, lr, tok/s, ETA in minutes) and every value as train/<name>."""
+    """One log line (loss, nll, lr, tok/s, real target tok/update, ETA) and TensorBoard scalars."""
     log.info(
         f"step {step} loss {values['loss']:.3f} nll {values['nll']:.3f} lr {values['lr']:.2e} "
-        f"tok/s {values['tokens_per_s']:.0f} ETA {eta:.1f} min"
+        f"tok/s {values['tokens_per_s']:.0f} tok/update {values['target_tokens_per_update']:.0f} "
+        f"ETA {eta:.1f} min"
     )
     for name, value in values.items():
         writer.add_scalar(f"train/{name}", value, step)
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that resumes this run: its overrides and its run directory."""
+    if not HydraConfig.initialized():  # train(cfg) called from Python
+        return f"train(cfg) again with run_dir={run_dir}"
+    overrides = list(HydraConfig.get().overrides.task)
+    if not any(o.startswith(("run_dir=", "hydra.run.dir=")) for o in overrides):
+        overrides.append(f"hydra.run.dir={run_dir}")
+    return shlex.join(["python", "train.py", *overrides])
 
 
 def train(cfg: DictConfig) -> dict:
@@ -150,15 +161,26 @@ def train(cfg: DictConfig) -> dict:
         model.parameters(), cfg.model.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
     )
     src_lengths, tgt_lengths = (sequence_lengths(train_set, c) for c in ("src_ids", "tgt_ids"))
+    plan = plan_update(  # the paper's ~25k real target tokens per update on any world size
+        src_lengths,
+        tgt_lengths,
+        trainer.effective_tokens,
+        cfg.data.max_tokens,
+        world,
+        trainer.update_freq,
+    )
+    update_freq = plan.update_freq
+    log.info(
+        f"batch: {world} rank(s) x {update_freq} batch(es) of <= {plan.max_tokens} tokens a side "
+        f"= {plan.real_tokens:,.0f} real target tokens per update expected "
+        f"(trainer.effective_tokens={trainer.effective_tokens})"
+    )
     sampler = TokenBatchSampler(
-        src_lengths, tgt_lengths, cfg.data.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank
+        src_lengths, tgt_lengths, plan.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank
     )
     for split in (train_set, dev_set):  # fail before the first step, not at a long batch
         model.encoder_position.check_length(int(sequence_lengths(split, "src_ids").max(initial=1)))
         model.decoder_position.check_length(int(sequence_lengths(split, "tgt_ids").max(initial=1)))
-    update_freq = trainer.update_freq or max(
-        1, round(trainer.effective_tokens / (world * cfg.data.max_tokens))
-    )
 
     step, best_ppl, tokens_seen, bad_steps = 0, math.inf, 0, 0
     resumed = load_latest_checkpoint(
@@ -235,7 +257,7 @@ def train(cfg: DictConfig) -> dict:
     bar = tqdm(
         total=trainer.max_steps, initial=step, disable=not (main_rank and sys.stderr.isatty())
     )
-    interval_tokens, interval_start, loss_avg = 0, time.monotonic(), None
+    interval_tokens, interval_steps, interval_start, loss_avg = 0, 0, time.monotonic(), None
     dev_ppl = dev_bleu = dev_step = None
     with stop:  # a stop signal: this step completes, last.pt is written, TrainingInterrupted
         while step < trainer.max_steps:
@@ -244,8 +266,13 @@ def train(cfg: DictConfig) -> dict:
                 if world > 1:
                     dist.barrier()  # rank 0's checkpoint is on disk before any rank leaves
                 bar.close()
+                interrupted = TrainingInterrupted(
+                    signum, step, ckpt_dir / "last.pt", resume_command(run_dir)
+                )
+                if main_rank:
+                    log.warning(str(interrupted))  # the one line: where, and how to resume
                 stop.hand_over(signum)  # under submitit: requeue the job (SIGUSR2)
-                raise TrainingInterrupted(signum, step, ckpt_dir / "last.pt", run_dir)
+                raise interrupted
             if trainer.max_minutes and time.monotonic() - start > 60 * trainer.max_minutes:
                 log.info(
                     f"stopping at step {step}: trainer.max_minutes={trainer.max_minutes} reached"
@@ -283,6 +310,7 @@ def train(cfg: DictConfig) -> dict:
             schedule.step()
             step += 1
             tokens_seen, interval_tokens = tokens_seen + tokens, interval_tokens + tokens
+            interval_steps += 1
             loss_avg = (
                 loss_sum / tokens
                 if loss_avg is None
@@ -293,7 +321,7 @@ def train(cfg: DictConfig) -> dict:
             bar.set_postfix(loss=f"{loss_avg:.3f}", tok_s=f"{tok_s:.0f}")
 
             if main_rank and step % trainer.log_every == 0:
-                step_s = (time.monotonic() - interval_start) / trainer.log_every
+                step_s = (time.monotonic() - interval_start) / interval_steps
                 eta = (trainer.max_steps - step) * step_s / 60
                 if trainer.max_minutes:
                     eta = min(eta, trainer.max_minutes - (time.monotonic() - start) / 60)
@@ -303,11 +331,12 @@ def train(cfg: DictConfig) -> dict:
                     "lr": schedule.get_last_lr()[0],
                     "grad_norm": float(grad_norm),
                     "tokens_per_s": tok_s,
+                    "target_tokens_per_update": interval_tokens / interval_steps,
                     "step_s": step_s,
                     "memory_gib": peak_memory_gib(device),
                 }
                 log_progress(writer, step, values, eta)
-                interval_tokens, interval_start = 0, time.monotonic()
+                interval_tokens, interval_steps, interval_start = 0, 0, time.monotonic()
 
             if step % trainer.eval_every == 0:
                 check_dev()
@@ -351,6 +380,9 @@ def train(cfg: DictConfig) -> dict:
         "position": position,
         "seed": cfg.seed,
         "update_freq": update_freq,
+        "max_tokens": plan.max_tokens,
+        # measured: real (non-pad) target tokens per update over all ranks (§5.1: ~25k)
+        "real_target_tokens_per_update": round(tokens_seen / max(step, 1)),
         "world_size": world,
     }
     if main_rank:
@@ -388,14 +420,6 @@ def validate(model, dev_set, data, cfg, device, bf16, writer, step) -> tuple[flo
     return ppl, bleu
 
 
-def resume_command(cfg: DictConfig) -> str:
-    """The command line that resumes this run: its overrides and its run directory."""
-    overrides = list(HydraConfig.get().overrides.task)
-    if not any(o.startswith(("run_dir=", "hydra.run.dir=")) for o in overrides):
-        overrides.append(f"hydra.run.dir={cfg.run_dir}")
-    return shlex.join(["python", "train.py", *overrides])
-
-
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 def main(cfg: DictConfig) -> None:
     """Command-line entry: train, and turn known errors into one line and exit status 1."""
@@ -406,8 +430,7 @@ def main(cfg: DictConfig) -> None:
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     try:
         train(cfg)
-    except TrainingInterrupted as e:
-        log.warning(f"{e.summary}; resume: {resume_command(cfg)}")
+    except TrainingInterrupted as e:  # train() logged where and how to resume
         if os.environ.get("SUBMITIT_EXECUTOR"):
             raise  # a sweep job: the launcher reports it (SIGUSR2 requeued it already)
         sys.exit(e.exit_code)

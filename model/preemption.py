@@ -22,14 +22,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2)
 class TrainingInterrupted(Exception):
     """Training stopped on a signal after writing a checkpoint; rerunning the command resumes."""
 
-    def __init__(self, signum: int, step: int, checkpoint, run_dir) -> None:
-        self.signum, self.step, self.checkpoint, self.run_dir = signum, step, checkpoint, run_dir
+    def __init__(self, signum: int, step: int, checkpoint, resume: str) -> None:
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_code = 128 + signum  # the shell's convention for "ended by signal signum"
-        self.summary = (
+        super().__init__(
             f"interrupted by {signal.Signals(signum).name} after step {step}: checkpoint "
-            f"{checkpoint}; the run is not complete (no metrics.json)"
+            f"{checkpoint}; the run is not complete (no metrics.json); resume: {resume}"
         )
-        super().__init__(f"{self.summary}: rerun the same command with run_dir={run_dir}")
 
 
 class StopSignals:

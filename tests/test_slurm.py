@@ -5,6 +5,7 @@ machine); where sbatch is absent, or the cluster cannot be started, these tests 
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -12,9 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from model.checkpoint import load_checkpoint
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
+from train import train
 
 # The README's sweep, shrunk: a tiny model, a few steps, one CPU and one task per job.
 SWEEP = ["position=sinusoidal,learned", "seed=1,2"]
@@ -130,3 +134,49 @@ def test_readme_sweep_runs_with_the_local_submitit_launcher(tmp_path, cache_dir)
     runs = completed_runs(sweep_dir)
     assert set(runs) == EXPECTED, output[-3000:]
     assert all(m["complete"] and m["steps"] == 3 for m in runs.values())
+
+
+@pytest.mark.slow
+def test_a_job_slurm_signals_checkpoints_is_requeued_and_ends_bitwise(slurm, tmp_path, cache_dir):
+    """scancel --signal=USR2 (what SLURM sends before the time limit) -> requeue -> resume."""
+    steps = 80
+    small = ["model.d_model=32", "model.d_ff=64", "data.corpus.train_size=1000"]
+    overrides = job_overrides(
+        cache_dir, *small, f"trainer.max_steps={steps}", "trainer.log_every=1"
+    )
+    prepare_cache(cache_dir, overrides)
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "-m", "hydra/launcher=slurm", *overrides, *ONE_CPU_JOB]
+    command += ["position=sinusoidal", "seed=1", f"hydra.sweep.dir={sweep_dir}"]
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not any("step 5 loss" in p.read_text() for p in sweep_dir.glob("*/train.log")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
+        time.sleep(0.2)
+    # <job id>_<task>_log.out: the job id is "N" for one job, "N_0" for an array of one
+    (job_id,) = {p.name.rsplit("_", 2)[0] for p in sweep_dir.glob(".submitit/*/*_log.out")}
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+
+    (run_dir,) = (p.parent for p in sweep_dir.glob("*/train.log"))
+    log = (run_dir / "train.log").read_text()
+    stopped = re.search(r"interrupted by SIGUSR2 after step (\d+)", log)
+    assert stopped and f"resumed from step {stopped.group(1)}" in log, log[-3000:]
+    assert 5 <= int(stopped.group(1)) < steps
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["complete"] and metrics["steps"] == steps
+    restarts = subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True
+    ).stdout
+    assert "Restarts=1" in restarts, restarts
+
+    straight = tmp_path / "straight"
+    train(compose_config([*overrides, "position=sinusoidal", "seed=1", f"run_dir={straight}"]))
+    a = load_checkpoint(straight / "checkpoints" / "last.pt")
+    b = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"] == steps
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
