@@ -266,6 +266,7 @@ def plan_update(
     world: int,
     update_freq: int | None = None,
     sample: int = 200_000,
+    shortfall: float = 0.05,
 ) -> UpdatePlan:
     """The batch budget and accumulation that put ~effective_tokens real target tokens in an update.
 
@@ -274,9 +275,10 @@ def plan_update(
     greedy cut leaves room, and shorter sentences are padded), so the real tokens per batch are
     measured on these lengths (a seeded sample of at most `sample` pairs: the fill depends on the
     length distribution, not on the corpus size). update_freq is the fewest batches per rank
-    that reach the target with `max_tokens` (never raised: it is the memory budget); then
-    max_tokens shrinks to the budget whose batches come closest to the target: within 1% on
-    real corpora, where rounding update_freq alone missed by up to 31% (8 ranks of 4096).
+    that reach the target with `max_tokens` (never raised: it is the memory budget), or come
+    within `shortfall` below it; then max_tokens shrinks to the budget whose batches come
+    closest to the target: within 1% on real corpora, where rounding update_freq alone missed
+    by up to 31% (8 ranks of 4096).
     An explicit update_freq, or no effective_tokens, keeps max_tokens as given.
     """
     src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
@@ -290,7 +292,7 @@ def plan_update(
     if update_freq or not effective_tokens:
         freq = update_freq or 1
         return UpdatePlan(max_tokens, freq, real(max_tokens, freq))
-    freq = max(1, math.ceil(effective_tokens / real(max_tokens, 1)))
+    freq = max(1, math.ceil(effective_tokens * (1 - shortfall) / real(max_tokens, 1)))
     # the largest budget whose update stays <= the target, or the next one if that is closer
     low, high = int(np.maximum(src, tgt).max(initial=1)), max_tokens
     while low < high:
