@@ -180,3 +180,17 @@ def test_a_job_slurm_signals_checkpoints_is_requeued_and_ends_bitwise(slurm, tmp
     assert a["step"] == b["step"] == steps
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
+
+
+def test_the_slurm_launcher_config_holds_only_the_plugins_keys():
+    """slurm.yaml lists only the plugin's keys: a typo fails here, not on a cluster."""
+    plugin = pytest.importorskip("hydra_plugins.hydra_submitit_launcher.config")
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from tests.conftest import CONFIG_DIR
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        cfg = compose("train", ["hydra/launcher=slurm"], return_hydra_config=True)
+    assert set(cfg.hydra.launcher) <= set(OmegaConf.structured(plugin.SlurmQueueConf))
+    assert cfg.hydra.launcher.max_num_timeout > 0  # a timed-out job is requeued
