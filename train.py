@@ -356,14 +356,14 @@ def train(cfg: DictConfig) -> dict:
                 else:
                     save_step_checkpoint()
                 last_save = time.monotonic()
-    bar.close()
-
-    if dev_step != step:
-        check_dev()
-    if step > 0:
-        save_step_checkpoint()  # the final weights are always a step file too (Table 2 averaging)
-    else:
-        save("last.pt")
+        bar.close()
+        # the last step's validation and save: a signal now lets them finish (the run completes)
+        if dev_step != step:
+            check_dev()
+        if step > 0:
+            save_step_checkpoint()  # the final weights are always a step file (Table 2 averaging)
+        else:
+            save("last.pt")
     wall = time.monotonic() - start
     epoch = sampler.state_dict()
     metrics = {
@@ -435,7 +435,7 @@ def main(cfg: DictConfig) -> None:
             raise  # a sweep job: the launcher reports it (SIGUSR2 requeued it already)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        print("interrupted before training started: nothing to resume", file=sys.stderr)
+        print("interrupted before training started: no new checkpoint", file=sys.stderr)
         sys.exit(130)
     except (ValueError, OSError, FloatingPointError) as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
