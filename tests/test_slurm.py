@@ -5,6 +5,7 @@ machine); where sbatch is absent, or the cluster cannot be started, these tests 
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -36,19 +37,24 @@ def cluster_up() -> bool:
     return result.returncode == 0 and any(s in result.stdout for s in ("idle", "mix", "alloc"))
 
 
+LOCAL_SLURM = ["bash", str(ROOT / "scripts" / "local_slurm.sh")]
+
+
 @pytest.fixture(scope="module")
 def slurm():
-    """A running SLURM cluster: the one there is, or the local one started here; else skip."""
+    """A running SLURM cluster: the one there is, or the local one started (and stopped) here."""
     if shutil.which("sbatch") is None:
         pytest.skip("sbatch is absent: `bash scripts/local_slurm.sh start` installs a local SLURM")
-    if not cluster_up():
-        started = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "local_slurm.sh"), "start"],
-            capture_output=True,
-            text=True,
-        )
-        if started.returncode != 0 or not cluster_up():
-            pytest.skip(f"no SLURM node is idle and local_slurm.sh start failed: {started.stderr}")
+    if cluster_up():
+        yield
+        return
+    if os.geteuid() != 0 and subprocess.run(["sudo", "-n", "true"]).returncode != 0:
+        pytest.skip("no SLURM node is idle, and starting the local one needs root or sudo")
+    started = subprocess.run([*LOCAL_SLURM, "start"], capture_output=True, text=True)
+    if started.returncode != 0 or not cluster_up():
+        pytest.skip(f"no SLURM node is idle and local_slurm.sh start failed: {started.stderr}")
+    yield
+    subprocess.run([*LOCAL_SLURM, "stop"], capture_output=True)
 
 
 def job_overrides(cache_dir: Path, *extra: str) -> list[str]:
