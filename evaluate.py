@@ -2,14 +2,13 @@
 
 Rebuilds the model from the config stored in the checkpoint (never today's YAML), translates
 with the paper's beam search (§6.1: beam 4, GNMT length penalty 0.6, max length source + 50)
-and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md):
+and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md, "Scoring"):
 `bleu` is detokenized sacreBLEU with its signature (today's practice); `tok_bleu` is the
 paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
 """
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -19,14 +18,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.bleu import bleu_by_length, tokenized_bleu
-from data.corpus import DataError, load_split, read_lines
+from data.corpus import load_split, read_lines
+from data.errors import DataError, UserError, report_user_errors
 from data.files import write_json, write_text
 from data.tokenizer import EOS_ID
-from model.checkpoint import load_run, rebuild_model
+from evaluation.perplexity import perplexity
+from evaluation.run import load_run, rebuild_model
+from evaluation.translate import fitting_lines, translate
 from model.device import resolve_device, use_bf16
-from model.loss import perplexity
 from model.position import PositionRangeError
-from model.translate import fitting_lines, translate
 
 
 def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
@@ -46,17 +46,17 @@ def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
 
 
 def check_options(cfg: DictConfig) -> None:
-    """Raise ValueError naming the first evaluation option out of range."""
+    """Raise UserError naming the first evaluation option out of range."""
     if int(cfg.beam) < 1:
-        raise ValueError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
+        raise UserError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
     if int(cfg.max_len_b) < 1:
-        raise ValueError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
+        raise UserError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
     use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
     if cfg.long_inputs not in ("error", "skip"):
-        raise ValueError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
+        raise UserError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
     name = str(cfg.name or "")
     if name and (Path(name).name != name or name in (".", "..")):
-        raise ValueError(f"name={cfg.name}: pass a plain file name (no directories)")
+        raise UserError(f"name={cfg.name}: pass a plain file name (no directories)")
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -150,18 +150,13 @@ def translate_stdin(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
+@report_user_errors
 def main(cfg: DictConfig) -> None:
-    """Command-line entry: score (or translate stdin) and print; known errors as one line."""
-    try:
-        if cfg.translate:
-            translate_stdin(cfg)
-            return
-        scores = evaluate(cfg)
-    except (ValueError, OSError) as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    """Command-line entry: score (or translate stdin) and print; a user error is one line."""
+    if cfg.translate:
+        translate_stdin(cfg)
+        return
+    scores = evaluate(cfg)
     print(
         json.dumps(
             {k: v for k, v in scores.items() if k != "by_length"}, indent=2, ensure_ascii=False

@@ -24,8 +24,10 @@ import math
 import torch
 from torch import nn
 
+from data.errors import UserError
 
-class PositionRangeError(ValueError):
+
+class PositionRangeError(UserError):
     """A sequence is longer than a position variant can encode."""
 
 

@@ -8,8 +8,11 @@ embeddings multiplied by sqrt(d_model) (§3.4); dropout on every sub-layer outpu
 embedding + position sums (§5.4). Position information comes from a ``PositionEncoding``
 (model/position.py) built once per stack.
 
-Choices the paper leaves open: LayerNorm eps 1e-6 (tensor2tensor); Xavier-uniform linear weights
-and N(0, d_model^-0.5) embeddings (fairseq); no bias on the shared output projection.
+Choices the paper leaves open: LayerNorm eps 1e-6 (tensor2tensor); no bias on the shared output
+projection; biases on the q/k/v and output projections of attention (the paper's formulas
+Q W^Q, K W^K, V W^V, Concat(...) W^O and tensor2tensor have none; fairseq and PyTorch's
+``nn.MultiheadAttention`` have them: 4 d_model parameters per attention block, 0.06% of the base
+model); the initialization in ``Transformer._init_weights``.
 """
 
 from collections.abc import Callable
@@ -20,6 +23,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
+from data.errors import UserError
 from model.position import PositionEncoding
 
 LayerCache = dict[str, torch.Tensor]
@@ -227,6 +231,12 @@ class Transformer(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
+        """Xavier-uniform weights and zero biases in every linear layer; N(0, d_model^-0.5)
+        embeddings with a zero pad row (the paper specifies no initialization).
+
+        The embeddings follow fairseq; the q/k/v projections do not: fairseq draws them with
+        gain 1/sqrt(2), here one rule (gain 1) holds for every linear layer.
+        """
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -234,6 +244,14 @@ class Transformer(nn.Module):
         nn.init.normal_(self.embedding.weight, mean=0.0, std=self.d_model**-0.5)
         with torch.no_grad():
             self.embedding.weight[self.pad_id].zero_()
+
+    def check_lengths(self, src_len: int | None = None, tgt_len: int | None = None) -> None:
+        """Raise PositionRangeError if a source of src_len or a target of tgt_len positions
+        cannot be encoded (a learned table's rows, say); None: that side is not checked."""
+        if src_len is not None:
+            self.encoder_position.check_length(src_len)
+        if tgt_len is not None:
+            self.decoder_position.check_length(tgt_len)
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor, position: PositionEncoding):
         x = self.embedding(tokens) * self.d_model**0.5  # [B, T, d_model]
@@ -304,11 +322,6 @@ class Transformer(nn.Module):
         return cache
 
 
-def reorder_cache(cache: list[LayerCache], index: torch.Tensor) -> list[LayerCache]:
-    """The cache with rows (sentences x beams) picked by index [N]."""
-    return [{name: t.index_select(0, index) for name, t in layer.items()} for layer in cache]
-
-
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters (the shared embedding counted once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -317,11 +330,14 @@ def count_parameters(model: nn.Module) -> int:
 def build_model(model_cfg, position_cfg, vocab_size: int, pad_id: int = 0) -> Transformer:
     """The Transformer that configs/model/*.yaml and configs/position/*.yaml describe.
 
-    A bad setting raises its own one-line ValueError, not Hydra's wrapped traceback.
+    A bad setting (a constructor's ValueError, or a UserError) is one UserError with the
+    constructor's one-line message, not Hydra's wrapped traceback.
     """
     try:
         return instantiate(model_cfg, position=position_cfg, vocab_size=vocab_size, pad_id=pad_id)
     except InstantiationException as e:
+        if isinstance(e.__cause__, UserError):
+            raise e.__cause__ from None
         if not isinstance(e.__cause__, ValueError):
             raise
-        raise e.__cause__ from None
+        raise UserError(str(e.__cause__)) from e.__cause__

@@ -17,6 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
+
+from data.errors import UserError, report_user_errors
+
 ROOT = Path(__file__).resolve().parents[1]
 POSITION_CONFIGS = ROOT / "configs" / "position"
 # Vaswani et al. 2017, Table 3: (dev PPL, BLEU) of "base" (sinusoids) and row (E) (learned).
@@ -33,7 +37,7 @@ METRIC_KEYS = ("position", "seed", "dev_ppl", "parameters", "steps", "wall_secon
 BOOTSTRAP_SEED = 12345
 
 
-class CompareError(ValueError):
+class CompareError(UserError):
     """A problem with the runs given to compare, stated in one line."""
 
 
@@ -239,7 +243,7 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
     data_cfg = OmegaConf.to_container(OmegaConf.load(config_path).data, resolve=True)
     try:
         return list(load_split(data_cfg, split)["tgt"])
-    except ValueError as e:
+    except UserError as e:
         raise CompareError(
             f"cannot load the references of {run.scores['name']} (split {split!r}) for "
             f"{run.path}: {e}; pass --refs FILE or --resamples 0"
@@ -617,8 +621,9 @@ def compare(
     return result
 
 
+@report_user_errors
 def main(argv: list[str] | None = None) -> dict:
-    """Command-line entry: compare runs; known errors as one line and exit status 1."""
+    """Command-line entry: compare runs; a user error is one line and exit status 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", type=Path, help="a multirun folder or run folders")
     parser.add_argument(
@@ -631,13 +636,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--baseline", default="sinusoidal", help="the variant others are compared to"
     )
     args = parser.parse_args(argv)
-    try:
-        return compare(
-            args.paths, args.eval_name, args.out, args.refs, args.resamples, args.baseline
-        )
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    return compare(args.paths, args.eval_name, args.out, args.refs, args.resamples, args.baseline)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,10 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import DictConfig, OmegaConf
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
+
+from data.errors import UserError, report_user_errors
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
 
@@ -48,7 +52,7 @@ CORPORA = {
 }
 
 
-class StudyError(ValueError):
+class StudyError(UserError):
     """A problem with the study's arguments or run folders, stated in one line."""
 
 
@@ -202,8 +206,8 @@ def kept_lines(run_dir: Path, srcs: list[str], refs: list[str], scores: dict) ->
         return list(range(len(srcs)))
     import torch
 
-    from model.checkpoint import load_run, rebuild_model
-    from model.translate import fitting_lines
+    from evaluation.run import load_run, rebuild_model
+    from evaluation.translate import fitting_lines
 
     model, tokenizer = rebuild_model(load_run(run_dir, "last")[0], torch.device("cpu"))
     where = f"{scores['name']} of {run_dir}"
@@ -480,8 +484,9 @@ def study(
     return result
 
 
+@report_user_errors
 def main(argv: list[str] | None = None) -> dict:
-    """Command-line entry: run the study; known errors as one line and exit status 1."""
+    """Command-line entry: run the study; a user error is one line and exit status 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="toy")
     parser.add_argument(
@@ -510,21 +515,17 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
-    try:
-        return study(
-            args.corpus,
-            args.out or Path("outputs") / "extrapolation" / args.corpus,
-            args.max_words,
-            args.seeds,
-            args.variants,
-            args.minutes,
-            args.bucket_width,
-            args.beam,
-            args.overrides,
-        )
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    return study(
+        args.corpus,
+        args.out or Path("outputs") / "extrapolation" / args.corpus,
+        args.max_words,
+        args.seeds,
+        args.variants,
+        args.minutes,
+        args.bucket_width,
+        args.beam,
+        args.overrides,
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Shared fixtures: compose the real Hydra configs, find ../shared/data, build tiny models."""
 
+import runpy
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,11 @@ def compose_config(overrides: list[str] = (), config_name: str = "train") -> Dic
     """The config `python <entry>.py <overrides>` would see (without Hydra's runtime keys)."""
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
         return compose(config_name, overrides=list(overrides))
+
+
+def script_main(name: str):
+    """The main() of scripts/<name>.py, loaded from its file (nothing imports from scripts/)."""
+    return runpy.run_path(str(ROOT / "scripts" / f"{name}.py"))["main"]
 
 
 def shared_data(name: str) -> Path:

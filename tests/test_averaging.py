@@ -6,7 +6,8 @@ import sys
 
 import torch
 
-from model.checkpoint import load_checkpoint, load_run, step_checkpoints
+from evaluation.run import load_run
+from model.checkpoint import load_checkpoint, step_checkpoints
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from train import train
 

@@ -12,12 +12,14 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
+from data.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from evaluate import evaluate
-from model.checkpoint import CheckpointError, load_run, rebuild_model
+from evaluation.run import load_run, rebuild_model
+from evaluation.translate import translate
+from model.checkpoint import CheckpointError
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
-from model.translate import translate
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 LEARNED_ROWS = 80
@@ -127,7 +129,7 @@ def test_checkpoint_choices(trained_run):
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="has no checkpoints"):
+    with pytest.raises(UserError, match="has no checkpoints"):
         evaluate(eval_config(tmp_path))
 
 

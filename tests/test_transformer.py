@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from data.errors import UserError
 from model.transformer import MultiHeadAttention, count_parameters, explicit_attention
 from tests.conftest import CONFIG_DIR, tiny_model
 
@@ -121,7 +122,7 @@ def test_learned_overflow_in_the_model_is_the_clear_error():
 
     learned = next(p for p in POSITION_CONFIGS if p.stem == "learned")
     model = tiny_model(learned, max_positions=8)
-    with pytest.raises(ValueError, match="past the learned position table"):
+    with pytest.raises(UserError, match="past the learned position table"):
         model(torch.randint(4, 40, (1, 9)), torch.randint(4, 40, (1, 3)))
 
 
