@@ -2,9 +2,9 @@
 
 Rebuilds the model from the config stored in the checkpoint (never today's YAML), translates
 with the paper's beam search (§6.1: beam 4, GNMT length penalty 0.6, max length source + 50)
-and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md, "Scoring"):
-`bleu` is detokenized sacreBLEU with its signature (today's practice); `tok_bleu` is the
-paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
+and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md, "Inference and
+scoring"): `bleu` is detokenized sacreBLEU with its signature (today's practice); `tok_bleu` is
+the paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
 """
 
 import json
@@ -85,6 +85,7 @@ def evaluate(cfg: DictConfig) -> dict:
         raise PositionRangeError(
             f"no line of {where} fits the model's position table: nothing to evaluate"
         )
+    skipped_indices = sorted(set(range(len(srcs))) - set(kept))  # lines left out, from 0
     srcs = [srcs[i] for i in kept]
     refs = [refs[i] for i in kept] if refs is not None else None
     bf16 = use_bf16(cfg.precision, device)
@@ -102,6 +103,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "skipped": skipped,
+        "skipped_indices": skipped_indices,
     }
     if refs is not None:
         metric = sacrebleu.BLEU()

@@ -12,11 +12,11 @@ import sys
 import pytest
 
 from data.errors import DataError, UserError, report_user_errors
+from evaluation.compare import CompareError
+from evaluation.extrapolation import StudyError
 from model.checkpoint import CheckpointError, CheckpointWriteError
 from model.position import PositionRangeError
 from model.training import DivergenceError
-from scripts.compare import CompareError
-from scripts.extrapolation import StudyError
 from tests.conftest import ROOT
 
 
@@ -103,6 +103,7 @@ USER_ERRORS = {
 BUGS = {
     "train": ("data.corpus", "prepare_data", ["train.py", "hydra.run.dir={tmp}"]),
     "evaluate": ("evaluation.run", "load_run", ["evaluate.py", "run_dir=/tmp"]),
+    "compare": ("evaluation.compare", "find_run_dirs", ["scripts/compare.py", "{tmp}"]),
     "average_checkpoints": (
         "model.checkpoint",
         "step_checkpoints",

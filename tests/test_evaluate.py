@@ -371,7 +371,7 @@ def test_long_inputs_skip_counts_per_length_bucket(learned_run, tmp_path):
             learned_run, "split=test_long", "long_inputs=skip", f"max_len_b={max_len_b}", "beam=1"
         )
     )
-    assert out["skipped"] == expected
+    assert out["skipped"] == expected and out["skipped_indices"] == over
     assert out["n_sentences"] == 500 - len(over) == sum(row["n"] for row in out["by_length"])
     hyps = open(out["hypotheses"], encoding="utf-8").read().splitlines()
     kept_refs = [refs[i] for i in range(500) if i not in set(over)]
