@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import resource
+import shlex
 import sys
 import time
 from contextlib import nullcontext
@@ -26,7 +27,7 @@ from torch.utils.data import DataLoader
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from data.batching import TokenBatchSampler, collate
+from data.batching import TokenBatchSampler, UpdatePlan, collate, plan_update
 from data.bleu import sacrebleu_score
 from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
 from data.errors import report_user_errors
@@ -43,8 +44,9 @@ from model.checkpoint import (
     remove_temporary_files,
     save_checkpoint,
 )
-from model.device import resolve_device, use_bf16
+from model.device import resolve_device, use_bf16, use_cuda_device
 from model.optim import noam_adam
+from model.preemption import StopSignals, TrainingInterrupted
 from model.resume import check_resume, stop_reason
 from model.run_directory import RunDirectoryLock, folder_name
 from model.training import DivergenceError, StepResult, TrainingState, train_step
@@ -114,9 +116,7 @@ def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    use_cuda_device(device)  # importable, so the SLURM launcher can pickle this function
     return rank, world, device
 
 
@@ -141,8 +141,11 @@ def load_data(cfg: DictConfig, rank: int, world: int, tokenizer_path=None) -> Pr
     return data
 
 
-def build_state(cfg: DictConfig, data: PreparedData, device, rank: int, world: int):
-    """A fresh TrainingState: the model (§3), Adam with the §5.3 schedule, the batch sampler."""
+def build_state(
+    cfg: DictConfig, data: PreparedData, device, rank: int, world: int
+) -> tuple[TrainingState, UpdatePlan]:
+    """A fresh TrainingState (the model (§3), Adam with the §5.3 schedule, the batch sampler)
+    and the update plan: the per-rank batch budget and accumulation for the paper's batch."""
     model = build_model(cfg.model, cfg.position, data.tokenizer.vocab_size, PAD_ID).to(device)
     optim = cfg.optim
     optimizer, schedule = noam_adam(
@@ -150,15 +153,25 @@ def build_state(cfg: DictConfig, data: PreparedData, device, rank: int, world: i
     )
     train_set = data.splits["train"]
     src_lengths, tgt_lengths = (sequence_lengths(train_set, c) for c in ("src_ids", "tgt_ids"))
+    trainer = cfg.trainer
+    plan = plan_update(  # ~effective_tokens real target tokens per update on any world size
+        src_lengths, tgt_lengths, trainer.effective_tokens, cfg.data.max_tokens, world,
+        trainer.update_freq,
+    )  # fmt: skip
+    log.info(
+        f"batch: {world} rank(s) x {plan.update_freq} batch(es) of <= {plan.max_tokens} tokens a "
+        f"side = {plan.real_tokens:,.0f} real target tokens per update expected "
+        f"(trainer.effective_tokens={trainer.effective_tokens})"
+    )
     sampler = TokenBatchSampler(
-        src_lengths, tgt_lengths, cfg.data.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank
+        src_lengths, tgt_lengths, plan.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank
     )
     for split in (train_set, data.splits["validation"]):  # fail now, not at a long batch
         model.check_lengths(
             int(sequence_lengths(split, "src_ids").max(initial=1)),
             int(sequence_lengths(split, "tgt_ids").max(initial=1)),
         )
-    return TrainingState(model, optimizer, schedule, sampler, device)
+    return TrainingState(model, optimizer, schedule, sampler, device, rank, world), plan
 
 
 def resume(state: TrainingState, resumed: dict | None, data: PreparedData, cfg, main_rank) -> None:
@@ -197,10 +210,11 @@ def peak_memory_gib(device: torch.device) -> float:
 
 
 def log_progress(writer: SummaryWriter, step: int, values: dict[str, float], eta: float) -> None:
-    """One log line (loss, nll, lr, tok/s, ETA in minutes) and every value as train/<name>."""
+    """One log line (loss, nll, lr, tok/s, real target tok/update, ETA) and TensorBoard scalars."""
     log.info(
         f"step {step} loss {values['loss']:.3f} nll {values['nll']:.3f} lr {values['lr']:.2e} "
-        f"tok/s {values['tokens_per_s']:.0f} ETA {eta:.1f} min"
+        f"tok/s {values['tokens_per_s']:.0f} tok/update {values['target_tokens_per_update']:.0f} "
+        f"ETA {eta:.1f} min"
     )
     for name, value in values.items():
         writer.add_scalar(f"train/{name}", value, step)
@@ -214,7 +228,7 @@ class Progress:
         show = writer is not None and sys.stderr.isatty()
         self.bar = tqdm(total=trainer.max_steps, initial=step, disable=not show)
         self.start = self.interval_start = time.monotonic()
-        self.interval_tokens, self.loss_avg = 0, None
+        self.interval_tokens, self.interval_steps, self.loss_avg = 0, 0, None
 
     def minutes(self) -> float:
         """Minutes since this process started training."""
@@ -225,12 +239,13 @@ class Progress:
         loss = result.loss_sum / result.tokens
         self.loss_avg = loss if self.loss_avg is None else 0.98 * self.loss_avg + 0.02 * loss
         self.interval_tokens += result.tokens
+        self.interval_steps += 1
         tok_s = self.interval_tokens / (time.monotonic() - self.interval_start)
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{self.loss_avg:.3f}", tok_s=f"{tok_s:.0f}")
         if self.writer is None or step % self.trainer.log_every:
             return
-        step_s = (time.monotonic() - self.interval_start) / self.trainer.log_every
+        step_s = (time.monotonic() - self.interval_start) / self.interval_steps
         eta = (self.trainer.max_steps - step) * step_s / 60
         if self.trainer.max_minutes:
             eta = min(eta, self.trainer.max_minutes - self.minutes())
@@ -240,11 +255,13 @@ class Progress:
             "lr": lr,
             "grad_norm": result.grad_norm,
             "tokens_per_s": tok_s,
+            "target_tokens_per_update": self.interval_tokens / self.interval_steps,
             "step_s": step_s,
             "memory_gib": peak_memory_gib(self.device),
         }
         log_progress(self.writer, step, values, eta)
-        self.interval_tokens, self.interval_start = 0, time.monotonic()
+        self.interval_tokens, self.interval_steps = 0, 0
+        self.interval_start = time.monotonic()
 
 
 def skipped_update(bad_steps: int, step: int, ckpt_dir: Path) -> None:
@@ -260,15 +277,66 @@ def skipped_update(bad_steps: int, step: int, ckpt_dir: Path) -> None:
 
 
 def save(state: TrainingState, run_info: dict, path: Path) -> None:
-    """Write the training state and what evaluation needs (config, tokenizer) to path."""
-    save_checkpoint(state.state_dict() | run_info, path)
+    """Rank 0 writes the training state and what evaluation needs (config, tokenizer) to path.
+
+    Every rank calls it: the state holds every rank's RNG (model/training.py gathers them).
+    """
+    snapshot = state.state_dict()
+    if state.rank == 0:
+        save_checkpoint(snapshot | run_info, path)
 
 
-def checkpoint_due(trainer: DictConfig, step: int, last_save: float) -> bool:
-    """A step checkpoint is due: trainer.save_every_minutes passed or a save_every_steps step."""
-    minutes = trainer.save_every_minutes
-    by_time = bool(minutes) and time.monotonic() - last_save > 60 * minutes
-    return by_time or bool(trainer.save_every_steps and step % trainer.save_every_steps == 0)
+def save_step(state: TrainingState, run_info: dict, ckpt_dir: Path, keep_last: int) -> None:
+    """step_<step>.pt (the files averaging reads) and last.pt; the oldest step files pruned."""
+    save(state, run_info, ckpt_dir / f"step_{state.step}.pt")
+    save(state, run_info, ckpt_dir / "last.pt")
+    if state.rank == 0:
+        prune_checkpoints(ckpt_dir, keep_last)
+
+
+def checkpoint_due(trainer: DictConfig, step: int, last_save: float, world=1, device=None):
+    """What to save after this step: "step" (step_<n>.pt and last.pt), "last" or None.
+
+    Step files every trainer.save_every_steps, evenly spaced for Table 2 averaging; without it
+    every save_every_minutes (the paper: 10 minutes). With both, the clock refreshes last.pt only.
+    Under DDP the ranks' clocks differ: they take the decision of the most advanced one.
+    """
+    minutes, every = trainer.save_every_minutes, trainer.save_every_steps
+    if every and step % every == 0:
+        return "step"
+    by_time = int(bool(minutes) and time.monotonic() - last_save > 60 * minutes)
+    if world > 1 and minutes:  # a save gathers every rank's RNG: all ranks must save together
+        flag = torch.tensor([by_time], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        by_time = int(flag.item())
+    if by_time:
+        return "last" if every else "step"
+    return None
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command line that resumes this run: its overrides and its run directory."""
+    if not HydraConfig.initialized():  # train(cfg) called from Python
+        return f"train(cfg) again with run_dir={run_dir}"
+    overrides = list(HydraConfig.get().overrides.task)
+    if not any(o.startswith(("run_dir=", "hydra.run.dir=")) for o in overrides):
+        overrides.append(f"hydra.run.dir={run_dir}")
+    return shlex.join(["python", "train.py", *overrides])
+
+
+def stop_on_signal(stop: StopSignals, state: TrainingState, run_info: dict, ckpt_dir: Path):
+    """After a stop signal (on any rank): last.pt, the one resume line, TrainingInterrupted."""
+    if not (signum := stop.stop_signal(state.world, state.device)):
+        return
+    save(state, run_info, ckpt_dir / "last.pt")
+    if state.world > 1:
+        dist.barrier()  # rank 0's checkpoint is on disk before any rank leaves
+    resume = resume_command(ckpt_dir.parent)
+    interrupted = TrainingInterrupted(signum, state.step, ckpt_dir / "last.pt", resume)
+    if state.rank == 0:
+        log.warning(str(interrupted))  # the one line: where, and how to resume
+    stop.hand_over(signum)  # under submitit: requeue the job (SIGUSR2)
+    raise interrupted
 
 
 def check_dev(
@@ -279,8 +347,9 @@ def check_dev(
         state.model, data.splits["validation"], data, cfg, bf16, writer, state.step
     )
     if ppl < state.best_ppl:
-        state.best_ppl = ppl
-        save(state, run_info, Path(cfg.run_dir) / "checkpoints" / "best.pt")
+        state.best_ppl = ppl  # rank 0 alone: best.pt keeps its RNG only (never resumed from)
+        path = Path(cfg.run_dir) / "checkpoints" / "best.pt"
+        save_checkpoint(state.state_dict(all_ranks=False) | run_info, path)
     return ppl, bleu
 
 
@@ -358,19 +427,16 @@ def train_holding_lock(cfg: DictConfig) -> dict:
                 f"{resumed['step']}): nothing to do, nothing changed"
             )
             return metrics
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.seed + rank)  # each rank its own dropout masks (model/training.py)
     own_tokenizer = run_dir / RUN_TOKENIZER
     own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
     data = load_data(cfg, rank, world, own)
-    state = build_state(cfg, data, device, rank, world)
+    state, plan = build_state(cfg, data, device, rank, world)
     position = cfg.position._target_.rsplit(".", 1)[-1]
     choices = {"position": position_choice(cfg.position)}
     log.info(
         f"model: {count_parameters(state.model):,} parameters, position={choices['position']} "
         f"({position})"
-    )
-    update_freq = trainer.update_freq or max(
-        1, round(trainer.effective_tokens / (world * cfg.data.max_tokens))
     )
     resume(state, resumed, data, cfg, main_rank)
     prior_seconds = resumed.get("wall_seconds", 0.0) if resumed else 0.0  # earlier segments'
@@ -401,43 +467,48 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         """Training time of the whole run: earlier segments' and this one's."""
         return prior_seconds + progress.minutes() * 60
 
-    while state.step < trainer.max_steps:
-        if trainer.max_minutes and run_seconds() > 60 * trainer.max_minutes:
-            outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
-            log.info(f"stopping at step {state.step}: {outcome} (in all segments)")
-            break
-        micro = list(islice(stream, update_freq))
-        if not micro:
-            outcome = f"trainer.max_epochs={trainer.max_epochs} reached"
-            log.info(f"stopping at step {state.step}: {outcome}")
-            break
-        result = train_step(
-            train_model, state.optimizer, state.schedule, micro,
-            optim.label_smoothing, optim.clip_norm, bf16, world,
-        )  # fmt: skip
-        if result is None:
-            bad_steps += 1
-            skipped_update(bad_steps, state.step, ckpt_dir)
-            continue
-        bad_steps, state.step = 0, state.step + 1
-        state.tokens_seen += result.tokens
-        progress.update(state.step, result, state.schedule.get_last_lr()[0])
-        run_info["wall_seconds"] = run_seconds()
-        if main_rank and state.step % trainer.eval_every == 0:
-            dev, dev_step = check_dev(state, data, cfg, bf16, writer, run_info), state.step
-        if checkpoint_due(trainer, state.step, last_save):
-            if main_rank:
-                save(state, run_info, ckpt_dir / f"step_{state.step}.pt")
+    with StopSignals() as stop:  # SIGTERM/SIGINT/SIGUSR2: this step completes, last.pt
+        while state.step < trainer.max_steps:
+            stop_on_signal(stop, state, run_info, ckpt_dir)
+            if trainer.max_minutes and run_seconds() > 60 * trainer.max_minutes:
+                outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
+                log.info(f"stopping at step {state.step}: {outcome} (in all segments)")
+                break
+            micro = list(islice(stream, plan.update_freq))
+            if not micro:
+                outcome = f"trainer.max_epochs={trainer.max_epochs} reached"
+                log.info(f"stopping at step {state.step}: {outcome}")
+                break
+            result = train_step(
+                train_model, state.optimizer, state.schedule, micro,
+                optim.label_smoothing, optim.clip_norm, bf16, world,
+            )  # fmt: skip
+            if result is None:
+                bad_steps += 1
+                skipped_update(bad_steps, state.step, ckpt_dir)
+                continue
+            bad_steps, state.step = 0, state.step + 1
+            state.tokens_seen += result.tokens
+            progress.update(state.step, result, state.schedule.get_last_lr()[0])
+            run_info["wall_seconds"] = run_seconds()
+            if main_rank and state.step % trainer.eval_every == 0:
+                dev, dev_step = check_dev(state, data, cfg, bf16, writer, run_info), state.step
+            due = checkpoint_due(trainer, state.step, last_save, world, device)
+            if due == "step":
+                save_step(state, run_info, ckpt_dir, trainer.keep_last)
+            elif due == "last":
                 save(state, run_info, ckpt_dir / "last.pt")
-                prune_checkpoints(ckpt_dir, trainer.keep_last)
-            last_save = time.monotonic()
-    progress.bar.close()
-    if main_rank and dev_step != state.step:
-        dev = check_dev(state, data, cfg, bf16, writer, run_info)
-    run_info["wall_seconds"] = run_seconds()
-    if main_rank:
-        save(state, run_info, ckpt_dir / "last.pt")
-    metrics = final_metrics(state, progress, dev, cfg, update_freq, world, run_info)
+            last_save = time.monotonic() if due else last_save
+        progress.bar.close()
+        # the last step's validation and save: a signal now lets them finish (the run completes)
+        if main_rank and dev_step != state.step:
+            dev = check_dev(state, data, cfg, bf16, writer, run_info)
+        run_info["wall_seconds"] = run_seconds()
+        if state.step > 0:  # the final weights are always a step file (Table 2 averaging)
+            save_step(state, run_info, ckpt_dir, trainer.keep_last)
+        else:
+            save(state, run_info, ckpt_dir / "last.pt")
+    metrics = final_metrics(state, progress, dev, cfg, plan, world, run_info)
     if main_rank:
         write_json(run_dir / "metrics.json", metrics)
         end_segment(run_dir, segment, state.step, progress.minutes() * 60, outcome)
@@ -450,7 +521,7 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     return metrics
 
 
-def final_metrics(state, progress, dev, cfg, update_freq, world, run_info) -> dict:
+def final_metrics(state, progress, dev, cfg, plan: UpdatePlan, world, run_info) -> dict:
     """metrics.json: steps, epochs, time, tokens, last losses, dev scores and the setup.
 
     Time and tokens/s are the whole run's, every segment counted (a kill's undone steps not).
@@ -471,7 +542,10 @@ def final_metrics(state, progress, dev, cfg, update_freq, world, run_info) -> di
         "position": cfg.position._target_.rsplit(".", 1)[-1],
         "position_choice": run_info["choices"]["position"],
         "seed": cfg.seed,
-        "update_freq": update_freq,
+        "update_freq": plan.update_freq,
+        "max_tokens": plan.max_tokens,
+        # measured: real (non-pad) target tokens per update over all ranks (§5.1: ~25k)
+        "real_target_tokens_per_update": round(state.tokens_seen / max(state.step, 1)),
         "world_size": world,
     }
 
@@ -506,13 +580,21 @@ def validate(model, dev_set, data, cfg, bf16, writer, step) -> tuple[float, floa
 @hydra.main(version_base="1.3", config_path="configs", config_name="train")
 @report_user_errors
 def main(cfg: DictConfig) -> None:
-    """Command-line entry: train; a user error is one `error:` line and exit status 1."""
+    """Command-line entry: train; a user error is one `error:` line (exit 1), a signal 128+N."""
     if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "RANK" not in os.environ:
         from submitit.helpers import TorchDistributedEnvironment
 
         # one SLURM task per GPU (configs/hydra/launcher/slurm.yaml): export torchrun's variables
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-    train(cfg)
+    try:
+        train(cfg)
+    except TrainingInterrupted as e:  # train() logged where and how to resume
+        if os.environ.get("SUBMITIT_EXECUTOR"):
+            raise  # a sweep job: the launcher reports it (SIGUSR2 requeued it already)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:  # Ctrl-C before the training loop: one line, no traceback
+        print("interrupted before training started: no new checkpoint", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

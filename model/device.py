@@ -44,3 +44,14 @@ def use_bf16(precision: str, device: torch.device) -> bool:
     if precision == "auto":
         return device.type == "cuda" and torch.cuda.is_bf16_supported()
     return precision == "bf16"
+
+
+def use_cuda_device(device: torch.device) -> None:
+    """Make a CUDA device current, with TF32 matmuls and convolutions; nothing on other devices.
+
+    It lives here, importable, so the SLURM launcher's cloudpickle refers to it by name: code in
+    train.py run as __main__ is pickled by value, and torch.backends.cudnn cannot be pickled.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True

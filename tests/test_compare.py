@@ -2,14 +2,12 @@
 
 import json
 import math
-import os
 import random
 import statistics
 
 import pytest
 import sacrebleu
 from hydra import compose, initialize_config_dir
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from tests.conftest import CONFIG_DIR, compose_config, script_main
@@ -290,32 +288,3 @@ def test_slurm_launcher_composes_one_rank_per_gpu():
     )
     assert launcher.nodes == 1 and launcher.gpus_per_node == launcher.tasks_per_node == 8
     assert launcher.partition is None and launcher.timeout_min > 0
-
-
-def test_slurm_launcher_submits_eight_tasks(tmp_path, monkeypatch):
-    plugin = pytest.importorskip(
-        "hydra_plugins.hydra_submitit_launcher.config",
-        reason="the SLURM launcher needs `pip install -e .[slurm]` (hydra-submitit-launcher)",
-    )
-    import submitit
-
-    cfg = launcher_config("hydra/launcher=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}")
-    schema = set(OmegaConf.structured(plugin.SlurmQueueConf).keys())
-    assert set(cfg.hydra.launcher.keys()) <= schema
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    (fake_bin / "srun").write_text("#!/bin/sh\n")
-    (fake_bin / "srun").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake_bin}:{os.environ['PATH']}")
-    submitted = {}
-
-    def capture(executor, fn, *iterables):
-        submitted["sbatch"] = executor._executor._make_submission_file_text("python -m x", "0")
-        return []
-
-    monkeypatch.setattr(submitit.AutoExecutor, "map_array", capture)
-    launcher = instantiate(cfg.hydra.launcher)
-    launcher.setup(hydra_context=None, task_function=None, config=cfg)
-    assert launcher.launch([["position=learned", "seed=1"]], initial_job_idx=0) == []
-    for line in ("--gpus-per-node=8", "--ntasks-per-node=8", "--nodes=1", "--time=720"):
-        assert f"#SBATCH {line}" in submitted["sbatch"]

@@ -1,9 +1,10 @@
-"""DDP: one step over two gloo ranks equals one process accumulating both ranks' batches."""
+"""DDP over two gloo ranks: one step equals one process over both batches; per-rank RNG."""
 
 import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from model.checkpoint import load_checkpoint
@@ -39,3 +40,31 @@ def test_two_rank_ddp_step_equals_one_process_over_the_whole_batch(tmp_path, cac
     written = {p.name for p in ddp.iterdir()}
     assert written == {p.name for p in single.iterdir()} | {".hydra", "train.log"}
     assert "run directory" in (ddp / "train.log").read_text()  # rank 0's log, written once
+
+
+def torchrun(run_dir, cache_dir, *extra: str) -> None:
+    """A two-rank gloo run of train.py in run_dir."""
+    overrides = [o for o in tiny_run_overrides(run_dir, cache_dir, *extra) if "run_dir=" not in o]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    command += [f"--master_port={free_port()}", "train.py", *overrides, f"hydra.run.dir={run_dir}"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow  # three two-rank runs: about 2 minutes on 2 cores
+def test_each_rank_draws_its_own_dropout_and_a_resumed_ddp_run_is_bitwise(tmp_path, cache_dir):
+    common = ["model.dropout=0.3", "data.corpus.train_size=400", "trainer.update_freq=1"]
+    torchrun(tmp_path / "straight", cache_dir, *common, "trainer.max_steps=4")
+    torchrun(tmp_path / "resumed", cache_dir, *common, "trainer.max_steps=2")
+    first = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.pt")
+    rank0, rank1 = first["rng"]["torch"]  # every rank's CPU state: seeds 1 and 2, advanced
+    assert not torch.equal(rank0, rank1)
+    assert first["rng"]["cuda"] is None  # a CPU run has no CUDA state to keep
+    torchrun(tmp_path / "resumed", cache_dir, *common, "trainer.max_steps=4")
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "resumed" / "checkpoints" / "last.pt")
+    assert a["step"] == b["step"] == 4
+    for r in range(2):
+        assert torch.equal(a["rng"]["torch"][r], b["rng"]["torch"][r])
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
