@@ -36,7 +36,7 @@ from model.checkpoint import (
 )
 from model.device import resolve_device, use_bf16
 from model.loss import forward_backward, perplexity
-from model.optim import noam_adam
+from model.optim import clip_gradients, noam_adam
 from model.transformer import build_model, count_parameters
 from model.translate import translate
 
@@ -236,7 +236,7 @@ def train(cfg: DictConfig) -> dict:
         loss_sum, nll_sum, tokens = accumulate_gradients(
             train_model, micro, optim.label_smoothing, device, bf16, world
         )
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm or math.inf)
+        grad_norm = clip_gradients(model.parameters(), optim.clip_norm)
         if not math.isfinite(loss_sum) or not torch.isfinite(grad_norm):
             bad_steps += 1
             optimizer.zero_grad(set_to_none=True)

@@ -74,7 +74,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import itertools
-import math
 import os
 import platform
 import pstats
@@ -742,6 +741,7 @@ def train_systems(model_name: str, vocab_size: int, with_hf: bool, device, compi
     from omegaconf import OmegaConf
 
     from model.loss import forward_backward
+    from model.optim import clip_gradients
 
     optim = OmegaConf.load(ROOT / "configs" / "optim" / "noam.yaml")
     ours, theirs, model_cfg = build_models(model_name, vocab_size, with_hf, **dims)
@@ -752,7 +752,7 @@ def train_systems(model_name: str, vocab_size: int, with_hf: bool, device, compi
             forward_backward(
                 model, batch, optim.label_smoothing, 1 / batch["tgt_out"].numel(), bf16
             )
-            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm or math.inf)
+            clip_gradients(model.parameters(), optim.clip_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
