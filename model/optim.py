@@ -31,8 +31,8 @@ def clip_gradients(parameters, max_norm: float | None) -> torch.Tensor:
     With max_norm None (the paper clips nothing) only the norm is computed (the non-finite
     check needs it): no pass that multiplies every gradient by 1.
     """
-    grads = [p.grad for p in parameters if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads)
+    parameters = [p for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm([p.grad for p in parameters])
     if max_norm:  # None or 0: no clipping
-        torch.nn.utils.clip_grads_with_norm_(grads, max_norm, total)
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
     return total
