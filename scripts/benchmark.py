@@ -1259,4 +1259,5 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # `python scripts/benchmark.py` from the checkout imports model/
     main()
