@@ -2,14 +2,13 @@
 
 Rebuilds the model from the config stored in the checkpoint (never today's YAML), translates
 with the paper's beam search (§6.1: beam 4, GNMT length penalty 0.6, max length source + 50)
-and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md):
-`bleu` is detokenized sacreBLEU with its signature (today's practice); `tok_bleu` is the
-paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
+and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md, "Inference and
+scoring"): `bleu` is detokenized sacreBLEU with its signature (today's practice); `tok_bleu` is
+the paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
 """
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -19,14 +18,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from data.bleu import bleu_by_length, tokenized_bleu
-from data.corpus import DataError, load_split, read_lines
+from data.corpus import load_split, read_lines
+from data.errors import DataError, UserError, report_user_errors
 from data.files import write_json, write_text
 from data.tokenizer import EOS_ID
-from model.checkpoint import load_run, rebuild_model
+from evaluation.perplexity import perplexity
+from evaluation.run import load_run, rebuild_model
+from evaluation.translate import fitting_lines, translate
 from model.device import resolve_device, use_bf16
-from model.loss import perplexity
 from model.position import PositionRangeError
-from model.translate import fitting_lines, translate
 
 
 def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
@@ -46,17 +46,24 @@ def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
 
 
 def check_options(cfg: DictConfig) -> None:
-    """Raise ValueError naming the first evaluation option out of range."""
+    """Raise UserError naming the first evaluation option out of range."""
     if int(cfg.beam) < 1:
-        raise ValueError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
+        raise UserError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
     if int(cfg.max_len_b) < 1:
-        raise ValueError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
+        raise UserError(f"max_len_b={cfg.max_len_b}: pass 1 or more (the paper: 50)")
     use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
     if cfg.long_inputs not in ("error", "skip"):
-        raise ValueError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
+        raise UserError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
     name = str(cfg.name or "")
     if name and (Path(name).name != name or name in (".", "..")):
-        raise ValueError(f"name={cfg.name}: pass a plain file name (no directories)")
+        raise UserError(f"name={cfg.name}: pass a plain file name (no directories)")
+
+
+def apply_position_override(model, cfg: DictConfig) -> dict:
+    """Apply position_override's non-null inference-only settings; {} when none are given."""
+    settings = OmegaConf.to_container(cfg.get("position_override") or {}, resolve=True)
+    settings = {key: value for key, value in settings.items() if value is not None}
+    return model.apply_position_settings(settings) if settings else {}
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -72,6 +79,7 @@ def evaluate(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
     model, tokenizer = rebuild_model(state, device)
+    position_override = apply_position_override(model, cfg)
     if cfg.src_file:
         name = cfg.name or Path(cfg.src_file).stem
     else:
@@ -85,6 +93,7 @@ def evaluate(cfg: DictConfig) -> dict:
         raise PositionRangeError(
             f"no line of {where} fits the model's position table: nothing to evaluate"
         )
+    skipped_indices = sorted(set(range(len(srcs))) - set(kept))  # lines left out, from 0
     srcs = [srcs[i] for i in kept]
     refs = [refs[i] for i in kept] if refs is not None else None
     bf16 = use_bf16(cfg.precision, device)
@@ -99,9 +108,11 @@ def evaluate(cfg: DictConfig) -> dict:
         "lenpen": cfg.lenpen,
         "max_len_b": cfg.max_len_b,
         "precision": "bf16" if bf16 else "fp32",
+        "position_override": position_override,
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "skipped": skipped,
+        "skipped_indices": skipped_indices,
     }
     if refs is not None:
         metric = sacrebleu.BLEU()
@@ -130,6 +141,7 @@ def translate_stdin(cfg: DictConfig) -> None:
     check_options(cfg)
     device = resolve_device(cfg.device)
     model, tokenizer = rebuild_model(load_run(Path(cfg.run_dir), str(cfg.checkpoint))[0], device)
+    apply_position_override(model, cfg)
     lines = [line.rstrip("\r\n") for line in sys.stdin]
     kept, _ = fitting_lines(model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin")
     out = [""] * len(lines)
@@ -150,18 +162,13 @@ def translate_stdin(cfg: DictConfig) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="evaluate")
+@report_user_errors
 def main(cfg: DictConfig) -> None:
-    """Command-line entry: score (or translate stdin) and print; known errors as one line."""
-    try:
-        if cfg.translate:
-            translate_stdin(cfg)
-            return
-        scores = evaluate(cfg)
-    except (ValueError, OSError) as e:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    """Command-line entry: score (or translate stdin) and print; a user error is one line."""
+    if cfg.translate:
+        translate_stdin(cfg)
+        return
+    scores = evaluate(cfg)
     print(
         json.dumps(
             {k: v for k, v in scores.items() if k != "by_length"}, indent=2, ensure_ascii=False

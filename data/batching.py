@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from data.errors import UserError
+
 
 def _as_lengths(values: Sequence[int], name: str) -> np.ndarray:
     """Return `values` as a 1-D int64 array of positive lengths, or raise ValueError."""
@@ -94,7 +96,7 @@ class TokenBatchSampler(Sampler[list[int]]):
             raise ValueError(f"src_lengths has {len(src)} entries but tgt_lengths has {len(tgt)}")
         max_tokens = operator.index(max_tokens)
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+            raise UserError(f"max_tokens={max_tokens}: pass a positive data.max_tokens")
         seed = operator.index(seed)
         if seed < 0:
             raise ValueError(f"seed must be non-negative, got {seed}")
@@ -108,7 +110,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         if len(src) and int(longest.max()) > max_tokens:
             index = int(longest.argmax())
             side = "source" if src[index] >= tgt[index] else "target"
-            raise ValueError(
+            raise UserError(
                 f"max_tokens={max_tokens} is below the longest example ({int(longest[index])} "
                 f"{side} tokens, example {index}): raise data.max_tokens or lower data.max_len"
             )
@@ -198,8 +200,11 @@ class TokenBatchSampler(Sampler[list[int]]):
         self._position = position
 
 
-def collate(examples: list[dict], pad_id: int = 0, bos_id: int = 2) -> dict[str, torch.Tensor]:
-    """Right-padded `src` [B,S], BOS-shifted `tgt_in` [B,T] and `tgt_out` [B,T] LongTensors."""
+def collate(examples: list[dict], *, pad_id: int, bos_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded `src` [B,S], BOS-shifted `tgt_in` [B,T] and `tgt_out` [B,T] LongTensors.
+
+    pad_id and bos_id are the tokenizer's (data.tokenizer.PAD_ID, BOS_ID), passed by the caller.
+    """
     if not examples:
         raise ValueError("collate() got an empty list of examples")
     srcs = [list(example["src_ids"]) for example in examples]

@@ -1,4 +1,4 @@
-"""BLEU two ways (RECIPE.md), and BLEU per source-length bucket.
+"""BLEU two ways (RECIPE.md, "Inference and scoring"), and BLEU per source-length bucket.
 
 `sacrebleu_score` is detokenized sacreBLEU (today's practice); `tokenized_bleu` is the paper's:
 Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.

@@ -39,7 +39,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from data.errors import DataError, first_line
 from data.tokenizer import (
     BOS_ID,
     CHARACTER_COVERAGE,
@@ -66,18 +68,6 @@ ENCODED_FEATURES = datasets.Features(
 )
 
 
-class DataError(ValueError):
-    """Bad data or data configuration; the message is one line saying what to fix."""
-
-
-def _first_line(error: BaseException) -> str:
-    """Return the first non-empty line of an exception message."""
-    for line in str(error).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(error).__name__
-
-
 def load_hub(path: str, name: str | None = None, **kwargs: Any) -> datasets.DatasetDict:
     """Load a dataset from the Hugging Face hub or from a local folder in the same layout."""
     path = str(path)
@@ -93,7 +83,7 @@ def load_hub(path: str, name: str | None = None, **kwargs: Any) -> datasets.Data
     except Exception as e:
         raise DataError(
             f"could not load dataset {path!r} (config {name!r}): {type(e).__name__}: "
-            f"{_first_line(e)}; check data.corpus.path/name (hub ids need network access)"
+            f"{first_line(e)}; check data.corpus.path/name (hub ids need network access)"
         ) from e
     if isinstance(loaded, datasets.Dataset):
         loaded = datasets.DatasetDict({str(kwargs.get("split") or "train"): loaded})
@@ -348,13 +338,21 @@ def _instantiate_corpus(cfg: DictConfig) -> datasets.DatasetDict:
     from hydra.utils import instantiate
 
     node = _require(cfg, "corpus")
+    try:  # full keys when cfg is the data node of a whole config, else relative to it
+        unset = OmegaConf.missing_keys(cfg)
+    except OmegaConfBaseException:  # an interpolation that fails: instantiate reports it
+        unset = set()
+    missing = sorted(k if k.startswith("data.") else f"data.{k}" for k in unset)
+    if missing:
+        more = f" (also unset: {', '.join(missing[1:])})" if missing[1:] else ""
+        raise DataError(f"{missing[0]} is not set (???){more}: pass {missing[0]}=<value>")
     try:
         corpus = instantiate(node, _convert_="all")
     except InstantiationException as e:
         cause = e.__cause__
         if isinstance(cause, DataError):
             raise cause from cause.__cause__
-        detail = f"{type(cause).__name__}: {_first_line(cause)}" if cause else _first_line(e)
+        detail = f"{type(cause).__name__}: {first_line(cause)}" if cause else first_line(e)
         raise DataError(f"data.corpus could not be instantiated: {detail}") from e
     if not isinstance(corpus, datasets.DatasetDict):
         raise DataError(

@@ -1,4 +1,12 @@
-"""The one error type a user can fix: a bad setting, file or input, reported as one line."""
+"""The one error type a user can fix, and the wrapper every entry point reports it through."""
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+Entry = TypeVar("Entry", bound=Callable)
 
 
 class UserError(Exception):
@@ -8,3 +16,45 @@ class UserError(Exception):
     that names the key or file and says what to do. Anything else is a bug and keeps its
     traceback.
     """
+
+
+class DataError(UserError):
+    """Bad data or data configuration; the message is one line saying what to fix."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of an exception's message (its type's name if it has none)."""
+    for line in str(error).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(error).__name__
+
+
+def is_user_error(error: BaseException) -> bool:
+    """A UserError, or an OSError about a file the user named (it carries a filename)."""
+    if isinstance(error, UserError):
+        return True
+    return isinstance(error, OSError) and (
+        error.filename is not None or error.filename2 is not None
+    )
+
+
+def report_user_errors(entry: Entry) -> Entry:
+    """Wrap an entry point: a user error becomes one `error: ...` line on stderr and exit 1.
+
+    Only UserError and the OS errors of user paths are caught; any other exception (a bug)
+    propagates with its traceback. HYDRA_FULL_ERROR=1 shows the traceback of user errors too.
+    """
+
+    @functools.wraps(entry)
+    def run(*args, **kwargs):
+        try:
+            return entry(*args, **kwargs)
+        except (UserError, OSError) as e:
+            if not is_user_error(e) or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            one_line = str(e).replace("\n", " ")
+            print(f"error: {one_line}", file=sys.stderr)
+            sys.exit(1)
+
+    return run

@@ -1,9 +1,12 @@
-"""Text and JSON files a run writes (metrics, scores, translations), each written atomically."""
+"""Text and JSON files a run writes (metrics, scores, translations), each written atomically,
+and the JSON objects read back."""
 
 import json
 import os
 import tempfile
 from pathlib import Path
+
+from data.errors import DataError
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -23,3 +26,15 @@ def write_text(path: str | Path, text: str) -> None:
 def write_json(path: str | Path, obj) -> None:
     """Write obj as indented JSON atomically (temporary file, then rename)."""
     write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | Path) -> dict:
+    """The JSON object in path; invalid JSON or another type is one DataError naming the file."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from e
+    if not isinstance(obj, dict):
+        raise DataError(f"{path} does not hold a JSON object")
+    return obj

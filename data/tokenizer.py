@@ -33,27 +33,14 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from data.errors import DataError, first_line
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 MODEL_FILE = "spm.model"
 MODEL_TYPE = "bpe"
 CHARACTER_COVERAGE = 1.0
 NORMALIZATION = "nmt_nfkc"
-
-
-def _data_error(message: str) -> ValueError:
-    """Return a ``data.corpus.DataError`` (imported late: data.corpus imports this module)."""
-    from data.corpus import DataError
-
-    return DataError(message)
-
-
-def _first_line(error: BaseException) -> str:
-    """Return the first non-empty line of an exception message."""
-    for line in str(error).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(error).__name__
 
 
 def default_num_threads() -> int:
@@ -69,7 +56,7 @@ class Tokenizer:
     def __init__(self, model_path: str | Path):
         self.path = Path(model_path).resolve()
         if not self.path.is_file():
-            raise _data_error(
+            raise DataError(
                 f"tokenizer model not found: {self.path}; run data preparation to train it "
                 "or point to an existing spm.model"
             )
@@ -79,13 +66,13 @@ class Tokenizer:
         try:
             self._sp.LoadFromSerializedProto(data)
         except Exception as e:
-            raise _data_error(
+            raise DataError(
                 f"tokenizer model {self.path} is not a valid SentencePiece model "
-                f"({_first_line(e)}); delete it and rerun data preparation"
+                f"({first_line(e)}); delete it and rerun data preparation"
             ) from e
         found = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise _data_error(
+            raise DataError(
                 f"tokenizer model {self.path} has special ids pad/unk/bos/eos={found}, "
                 f"expected {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain it with train_tokenizer"
             )
@@ -100,7 +87,7 @@ class Tokenizer:
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["path"])
         if self.sha256 != state["sha256"]:
-            raise _data_error(
+            raise DataError(
                 f"tokenizer model {self.path} changed on disk (sha256 {self.sha256} != "
                 f"{state['sha256']}); rerun data preparation"
             )
@@ -142,24 +129,24 @@ def _reservoir(texts: Iterable[str], size: int, seed: int) -> list[str]:
     return sample
 
 
-def _training_error(error: Exception, vocab_size: int) -> ValueError:
+def _training_error(error: Exception, vocab_size: int) -> DataError:
     """Translate a SentencePiece training failure into a one-line DataError."""
-    message = _first_line(error)
+    message = first_line(error)
     if "Vocabulary size too high" in message:
         limit = re.search(r"<=\s*(\d+)", message)
         supported = f" (it supports at most {limit.group(1)})" if limit else ""
-        return _data_error(
+        return DataError(
             f"tokenizer: vocabulary size {vocab_size} is too high for the training text"
             f"{supported}; lower data.vocab_size"
         )
     if "smaller than required_chars" in message:
         need = re.search(r"required_chars\.\s*(\d+)\s*vs\s*(\d+)", message)
         chars = f" ({need.group(2)} distinct characters)" if need else ""
-        return _data_error(
+        return DataError(
             f"tokenizer: vocabulary size {vocab_size} cannot hold every character of the "
             f"training text{chars}; raise data.vocab_size"
         )
-    return _data_error(f"tokenizer training failed: {message}")
+    return DataError(f"tokenizer training failed: {message}")
 
 
 def train_tokenizer(
@@ -174,10 +161,10 @@ def train_tokenizer(
     """Train a BPE model on a random sample of ``texts`` and save it as ``out_dir/spm.model``."""
     out_dir = Path(out_dir)
     if sample_size < 1:
-        raise _data_error(f"tokenizer sample size must be positive, got {sample_size}")
+        raise DataError(f"tokenizer sample size must be positive, got {sample_size}")
     sample = _reservoir(texts, sample_size, seed)
     if not sample:
-        raise _data_error("tokenizer: no non-empty training text; check the training split")
+        raise DataError("tokenizer: no non-empty training text; check the training split")
     options = {
         "model_type": MODEL_TYPE,
         "vocab_size": int(vocab_size),

@@ -1,4 +1,4 @@
-"""Checkpoints: atomic writes, code-free loading, rotation, averaging, and a run's model rebuilt.
+"""Checkpoints: atomic writes, code-free loading, rotation, averaging and resume.
 
 A checkpoint is a dict of tensors and plain Python values (model and optimizer state, step,
 RNG states, sampler state, the resolved config as a dict, the tokenizer's path and sha256), so
@@ -12,17 +12,19 @@ import tempfile
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
-from data.tokenizer import PAD_ID, Tokenizer
-from model.transformer import build_model
+from data.errors import UserError
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
 TEMP_SUFFIX = ".tmp"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint is missing, unreadable or not what was asked for."""
+
+
+class CheckpointWriteError(UserError, OSError):
+    """A checkpoint could not be written (disk full, no permission); the previous one is kept."""
 
 
 def _os_error(error: BaseException) -> OSError | None:
@@ -40,7 +42,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
     """Write state to path atomically: a temporary file, fsync, then rename over path.
 
     A failed write (disk full, ...) removes the temporary file, leaves any previous file at path
-    untouched and raises one OSError saying what to do.
+    untouched and raises one CheckpointWriteError (an OSError) saying what to do.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +64,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
             else "make the directory writable or set run_dir to another directory"
         )
         previous = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
-        raise OSError(
+        raise CheckpointWriteError(
             cause.errno,
             f"{cause.strerror or cause} while writing checkpoint {path} ({previous}): {advice}",
         ) from e
@@ -194,75 +196,3 @@ def load_latest_checkpoint(
     if found is not None:
         check_compatible(found, found_path, tokenizer_sha256, config)
     return found
-
-
-def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
-    """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names.
-
-    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints.
-    """
-    run_dir = Path(run_dir)
-    ckpt_dir = run_dir / "checkpoints"
-    if not run_dir.is_dir():
-        raise CheckpointError(
-            f"run directory {run_dir} does not exist: pass run_dir=<a training run directory>"
-        )
-    if checkpoint in ("last", "best") or checkpoint.startswith("avg:"):
-        if not ckpt_dir.is_dir():
-            raise CheckpointError(
-                f"{run_dir} has no checkpoints/ directory: is it a training run directory?"
-            )
-    if checkpoint.startswith("avg:"):
-        n = int(checkpoint[4:]) if checkpoint[4:].isdigit() else 0
-        if n < 1:
-            raise CheckpointError(f"checkpoint={checkpoint}: pass avg:N with N a positive integer")
-        paths = step_checkpoints(ckpt_dir)[-n:]
-        if len(paths) < n:
-            raise CheckpointError(
-                f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in {ckpt_dir}; "
-                "pass a smaller N"
-            )
-        return _checked(average_checkpoints(paths), f"{checkpoint} in {ckpt_dir}"), f"avg{n}"
-    if checkpoint in ("last", "best"):
-        path = ckpt_dir / f"{checkpoint}.pt"
-        return _checked(load_checkpoint(path), path), checkpoint
-    path = Path(checkpoint)
-    if not path.exists() and (ckpt_dir / checkpoint).is_file():
-        path = ckpt_dir / checkpoint
-    return _checked(load_checkpoint(path), path), path.stem
-
-
-def _checked(state, source) -> dict:
-    """state if it holds weights, config and tokenizer (what evaluation needs), else an error."""
-    missing = [
-        key
-        for key in ("model", "config", "tokenizer")
-        if not isinstance(state, dict) or key not in state
-    ]
-    if missing:
-        raise CheckpointError(
-            f"checkpoint {source} lacks {', '.join(missing)}: pass a checkpoint written by "
-            "train.py or scripts/average_checkpoints.py"
-        )
-    return state
-
-
-def rebuild_model(state: dict, device) -> tuple[torch.nn.Module, Tokenizer]:
-    """The model and tokenizer described by a checkpoint's stored config."""
-    config = OmegaConf.create(state["config"])
-    tokenizer = Tokenizer(state["tokenizer"]["path"])
-    if tokenizer.sha256 != state["tokenizer"]["sha256"]:
-        raise CheckpointError(
-            f"tokenizer {tokenizer.path} differs from the one this checkpoint was trained with "
-            f"(sha256 {tokenizer.sha256[:12]} != {str(state['tokenizer']['sha256'])[:12]}): "
-            "restore that tokenizer file or retrain"
-        )
-    model = build_model(config.model, config.position, tokenizer.vocab_size, PAD_ID)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as e:
-        raise CheckpointError(
-            "checkpoint weights do not fit the model its config describes "
-            f"({str(e).strip().splitlines()[0]}): pass a checkpoint written by train.py"
-        ) from e
-    return model.to(device).eval(), tokenizer

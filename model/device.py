@@ -2,6 +2,8 @@
 
 import torch
 
+from data.errors import UserError
+
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """cuda:<local rank> if asked for or available (auto), else the named device."""
@@ -16,7 +18,7 @@ def use_bf16(precision: str, device: torch.device) -> bool:
     On a CPU, bf16 is opt-in: results then differ from float32 within seed noise (README).
     """
     if precision not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"precision={precision}: pass auto, bf16 or fp32")
+        raise UserError(f"precision={precision}: pass auto, bf16 or fp32")
     if precision == "auto":
         return device.type == "cuda" and torch.cuda.is_bf16_supported()
     return precision == "bf16"

@@ -1,11 +1,8 @@
-"""The training loss (label-smoothed cross-entropy, §5.4) and teacher-forced perplexity."""
-
-import math
+"""The training loss: label-smoothed cross-entropy (§5.4) and one forward-backward pass."""
 
 import torch
 import torch.nn.functional as F
 
-from data.batching import TokenBatchSampler, collate
 from data.tokenizer import PAD_ID
 
 
@@ -63,24 +60,3 @@ def forward_backward(
         loss, nll = label_smoothed_loss(logits, batch["tgt_out"], smoothing)
     (loss * scale).backward()
     return loss.detach(), nll.detach()
-
-
-@torch.no_grad()
-def perplexity(
-    model, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, device
-) -> float:
-    """exp(mean NLL per target subword, EOS included), teacher-forced, no label smoothing."""
-    model.eval()
-    sampler = TokenBatchSampler(
-        [len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, shuffle=False
-    )
-    nll, count = 0.0, 0
-    for indices in sampler:
-        batch = collate([{"src_ids": src_ids[i], "tgt_ids": tgt_ids[i]} for i in indices])
-        batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(batch["src"], batch["tgt_in"]).float()  # [B, T, V]
-        nll += F.cross_entropy(
-            logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD_ID, reduction="sum"
-        ).item()
-        count += int((batch["tgt_out"] != PAD_ID).sum())
-    return math.exp(nll / max(count, 1))

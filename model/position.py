@@ -38,15 +38,12 @@ from torch import nn
 from data.errors import UserError
 
 
-class PositionRangeError(ValueError):
+class PositionRangeError(UserError):
     """A sequence is longer than a position variant can encode."""
 
 
-class PositionSettingError(UserError, ValueError):
-    """A position setting out of range, or not one a trained model may change.
-
-    Also a ValueError, so a bad YAML value surfaces from ``build_model`` as its own line.
-    """
+class PositionSettingError(UserError):
+    """A position setting out of range, or not one a trained model may change."""
 
 
 def sinusoidal_table(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:

@@ -10,8 +10,11 @@ embedding + position sums (§5.4). Position information comes from a ``PositionE
 variant, and a self-attention layer leaves the fused kernel only where the variant returns
 ``AttentionTerms`` for it.
 
-Choices the paper leaves open: LayerNorm eps 1e-6 (tensor2tensor); Xavier-uniform linear weights
-and N(0, d_model^-0.5) embeddings (fairseq); no bias on the shared output projection.
+Choices the paper leaves open: LayerNorm eps 1e-6 (tensor2tensor); no bias on the shared output
+projection; biases on the q/k/v and output projections of attention (the paper's formulas
+Q W^Q, K W^K, V W^V, Concat(...) W^O and tensor2tensor have none; fairseq and PyTorch's
+``nn.MultiheadAttention`` have them: 4 d_model parameters per attention block, 0.06% of the base
+model); the initialization in ``Transformer._init_weights``.
 """
 
 from collections.abc import Callable
@@ -22,6 +25,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
+from data.errors import UserError
 from model.dropout import Dropout
 from model.position import AttentionTerms, PositionEncoding
 
@@ -194,7 +198,8 @@ class DecoderLayer(nn.Module):
                 v = torch.cat((cache["self_v"], v), dim=2)
             cache["self_k"], cache["self_v"] = k, v
         is_causal = self_mask is None
-        key_positions = torch.arange(k.size(2), device=y.device)  # [t + T]
+        # the keys end at this step's last query: positions t + T - (t + T) .. t + T - 1
+        key_positions = positions[-1] + 1 - k.size(2) + torch.arange(k.size(2), device=y.device)
         terms = position.attention_terms(index, positions, key_positions)
         y = self.norm1(
             self.dropout.residual(y, self.self_attn.attend(q, k, v, self_mask, is_causal, terms))
@@ -257,6 +262,12 @@ class Transformer(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
+        """Xavier-uniform weights and zero biases in every linear layer; N(0, d_model^-0.5)
+        embeddings with a zero pad row (the paper specifies no initialization).
+
+        The embeddings follow fairseq; the q/k/v projections do not: fairseq draws them with
+        gain 1/sqrt(2), here one rule (gain 1) holds for every linear layer.
+        """
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -264,6 +275,14 @@ class Transformer(nn.Module):
         nn.init.normal_(self.embedding.weight, mean=0.0, std=self.d_model**-0.5)
         with torch.no_grad():
             self.embedding.weight[self.pad_id].zero_()
+
+    def check_lengths(self, src_len: int | None = None, tgt_len: int | None = None) -> None:
+        """Raise PositionRangeError if a source of src_len or a target of tgt_len positions
+        cannot be encoded (a learned table's rows, say); None: that side is not checked."""
+        if src_len is not None:
+            self.encoder_position.check_length(src_len)
+        if tgt_len is not None:
+            self.decoder_position.check_length(tgt_len)
 
     def _embed(self, tokens: torch.Tensor, positions: torch.Tensor, position: PositionEncoding):
         x = self.embedding(tokens) * self.d_model**0.5  # [B, T, d_model]
@@ -301,7 +320,8 @@ class Transformer(nn.Module):
         length = tgt_in.size(1)
         self.decoder_position.check_length(offset + length)
         positions = torch.arange(offset, offset + length, device=tgt_in.device)  # [T]
-        key_positions = torch.arange(offset + length, device=tgt_in.device)  # [t + T]
+        first_key = 0 if cache is not None else offset  # a cache holds the `offset` earlier keys
+        key_positions = torch.arange(first_key, offset + length, device=tgt_in.device)  # [t + T]
         bias = self.decoder_position.bias(positions, key_positions)
         if bias is None and cache is None:
             self_mask = None  # causal, and right padding never precedes a real token
@@ -346,11 +366,6 @@ class Transformer(nn.Module):
         return cache
 
 
-def reorder_cache(cache: list[LayerCache], index: torch.Tensor) -> list[LayerCache]:
-    """The cache with rows (sentences x beams) picked by index [N]."""
-    return [{name: t.index_select(0, index) for name, t in layer.items()} for layer in cache]
-
-
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters (the shared embedding counted once)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -359,11 +374,14 @@ def count_parameters(model: nn.Module) -> int:
 def build_model(model_cfg, position_cfg, vocab_size: int, pad_id: int = 0) -> Transformer:
     """The Transformer that configs/model/*.yaml and configs/position/*.yaml describe.
 
-    A bad setting raises its own one-line ValueError, not Hydra's wrapped traceback.
+    A bad setting (a constructor's ValueError, or a UserError) is one UserError with the
+    constructor's one-line message, not Hydra's wrapped traceback.
     """
     try:
         return instantiate(model_cfg, position=position_cfg, vocab_size=vocab_size, pad_id=pad_id)
     except InstantiationException as e:
+        if isinstance(e.__cause__, UserError):
+            raise e.__cause__ from None
         if not isinstance(e.__cause__, ValueError):
             raise
-        raise e.__cause__ from None
+        raise UserError(str(e.__cause__)) from e.__cause__

@@ -11,6 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
+
+from data.errors import report_user_errors
 from model.checkpoint import (
     STEP_FILE,
     CheckpointError,
@@ -58,8 +61,9 @@ def write_average(paths: list[Path], out: Path) -> dict:
     return state
 
 
+@report_user_errors
 def main(argv: list[str] | None = None) -> None:
-    """Command-line entry: write the average; known errors as one line and exit status 1."""
+    """Command-line entry: write the average; a user error is one line and exit status 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="*", type=Path, help="checkpoint files to average")
     parser.add_argument("--run-dir", type=Path, help="a training run directory")
@@ -68,12 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="the averaged checkpoint file")
     args = parser.parse_args(argv)
-    try:
-        paths = checkpoints_to_average(args.run_dir, args.last, args.inputs)
-        write_average(paths, args.out)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    paths = checkpoints_to_average(args.run_dir, args.last, args.inputs)
+    write_average(paths, args.out)
     print(f"wrote {args.out}: the mean of {len(paths)} checkpoints ({paths[0]} ... {paths[-1]})")
 
 

@@ -3,485 +3,35 @@
     python scripts/extrapolation.py --corpus toy|multi30k [--max-words L] [--seeds 1 2 3]
         [--out DIR] [--minutes M] [--variants sinusoidal learned ...] [hydra overrides ...]
 
-The paper hypothesized that sinusoids "may allow the model to extrapolate to sequence lengths
-longer than the ones encountered during training" and never tested it for translation. For every
-variant (configs/position/*.yaml) and seed this trains a model (experiment=extrapolation_<corpus>)
-on the training pairs whose source has at most L words (data.train_max_src_words=L), translates
-the evaluation splits with the last checkpoint (beam 4; lines a learned table cannot hold are
-skipped and counted, never a crash) and scores sacreBLEU per source-length bucket (--bucket-width
+For every variant (configs/position/*.yaml) and seed this trains a model
+(experiment=extrapolation_<corpus>) on the training pairs whose source has at most L words,
+translates the evaluation splits with the last checkpoint (beam 4; lines a learned table cannot
+hold are skipped and counted) and scores sacreBLEU per source-length bucket (--bucket-width
 words, aligned so that one bucket ends at L). It writes <out>/extrapolation.md (also printed),
-extrapolation.json and bleu_by_length.png. Runs live in <out>/<variant>-s<seed>/; a finished run
-(metrics.json) and its evaluations are reused, so an interrupted study resumes where it stopped.
+extrapolation.json and bleu_by_length.png; an interrupted study resumes where it stopped.
 Arguments after the options are Hydra overrides applied to every run (e.g. cache_dir=...).
+The study itself is evaluation/extrapolation.py.
 """
 
 import argparse
-import json
 import logging
-import math
-import statistics
 import sys
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import sacrebleu
-from omegaconf import DictConfig, OmegaConf
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = ROOT / "configs"
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """A corpus of the study: its experiment config and the splits scored by length."""
-
-    experiment: str
-    splits: tuple[str, ...]
+from data.errors import report_user_errors
+from evaluation.extrapolation import CORPORA, markdown, study
 
 
-# toy: test holds 3-24 words, test_long 25-40; Multi30k: test_2016_flickr and val (up to ~40).
-CORPORA = {
-    "toy": Corpus("extrapolation_toy", ("test", "test_long")),
-    "multi30k": Corpus("extrapolation_multi30k", ("test", "validation")),
-}
+def progress(message: str) -> None:
+    """Print one progress line at once (the study runs for minutes to hours)."""
+    print(message, flush=True)
 
 
-class StudyError(ValueError):
-    """A problem with the study's arguments or run folders, stated in one line."""
-
-
-def position_variants() -> list[str]:
-    """The position variants of configs/position/*.yaml, by name."""
-    return sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
-
-
-def compose_config(overrides: list[str], config_name: str = "train") -> DictConfig:
-    """The config `python <config_name>.py <overrides>` would see."""
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
-        return compose(config_name, overrides=list(overrides))
-
-
-def bucket_of(words: int, max_words: int, width: int) -> tuple[int, int]:
-    """The (low, high) words of a source length's bucket; one bucket ends at max_words."""
-    k = math.ceil((max(words, 1) - max_words) / width)
-    return max(1, max_words + (k - 1) * width + 1), max_words + k * width
-
-
-def bleu_of(indices: list[int], hyps: list[str | None], refs: list[str]) -> dict:
-    """Line count, scored count and sacreBLEU of some lines (a None hypothesis was skipped)."""
-    scored = [i for i in indices if hyps[i] is not None]
-    bleu = None
-    if scored:
-        bleu = sacrebleu.corpus_bleu([hyps[i] for i in scored], [[refs[i] for i in scored]])
-    return {
-        "n": len(indices),
-        "scored": len(scored),
-        "bleu": None if bleu is None else round(bleu.score, 2),
-    }
-
-
-def bleu_by_bucket(
-    srcs: list[str], hyps: list[str | None], refs: list[str], max_words: int, width: int
-) -> list[dict]:
-    """sacreBLEU per source-length bucket (words), shortest first; `beyond`: past max_words."""
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, src in enumerate(srcs):
-        groups.setdefault(bucket_of(len(src.split()), max_words, width), []).append(i)
-    return [
-        {"bucket": f"{low}-{high}", "low": low, "high": high, "beyond": low > max_words}
-        | bleu_of(indices, hyps, refs)
-        for (low, high), indices in sorted(groups.items())
-    ]
-
-
-def bleu_by_range(
-    srcs: list[str], hyps: list[str | None], refs: list[str], max_words: int
-) -> dict[str, dict]:
-    """sacreBLEU on sources of 1..L words (seen lengths), L+1..2L words and over 2L words."""
-    ranges = {f"1-{max_words}": [], f"{max_words + 1}-{2 * max_words}": [], f">{2 * max_words}": []}
-    labels = list(ranges)
-    for i, src in enumerate(srcs):
-        words = len(src.split())
-        ranges[labels[0 if words <= max_words else 1 if words <= 2 * max_words else 2]].append(i)
-    return {label: bleu_of(indices, hyps, refs) for label, indices in ranges.items()}
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object from a file."""
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def stored_config(run_dir: Path) -> DictConfig:
-    """The resolved training config the study stored in a run folder (.hydra/config.yaml)."""
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        raise StudyError(
-            f"{path} is missing: {run_dir} was not made by this study; pass another --out"
-        )
-    return OmegaConf.load(path)
-
-
-def train_run(run_dir: Path, overrides: list[str], max_words: int) -> dict:
-    """Train one run into run_dir (resuming its checkpoints), or reuse its metrics.json."""
-    from train import train
-
-    if (run_dir / ".hydra" / "config.yaml").is_file():
-        trained_on = stored_config(run_dir).data.get("train_max_src_words")
-        if trained_on != max_words:
-            raise StudyError(
-                f"{run_dir} was trained on sources of <= {trained_on} words, not {max_words}: "
-                "pass another --out for another --max-words"
-            )
-    metrics_path = run_dir / "metrics.json"
-    if metrics_path.is_file():
-        print(f"  reusing the finished run in {run_dir}", flush=True)
-        return read_json(metrics_path)
-    cfg = compose_config(overrides)
-    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml", resolve=True)
-    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
-    logging.getLogger().addHandler(handler)
-    try:
-        return train(cfg)
-    finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
-
-
-def evaluate_run(run_dir: Path, split: str, beam: int) -> dict | None:
-    """Translate and score one split with the last checkpoint (reused when newer than it).
-
-    The search runs in the precision the run was trained in (trainer.precision).
-
-    Lines the position encoding cannot hold are skipped and counted; None when no line fits.
-    """
-    from evaluate import evaluate
-    from model.position import PositionRangeError
-
-    name = f"{split}-last-beam{beam}"
-    path = run_dir / "eval" / f"{name}.json"
-    last = run_dir / "checkpoints" / "last.pt"
-    if path.is_file() and path.stat().st_mtime >= last.stat().st_mtime:
-        return read_json(path)
-    precision = stored_config(run_dir).trainer.precision  # search as the run was trained
-    overrides = [f"run_dir={run_dir}", f"split={split}", f"beam={beam}", f"name={name}"]
-    overrides.append(f"precision={precision}")
-    cfg = compose_config([*overrides, "checkpoint=last", "long_inputs=skip"], "evaluate")
-    try:
-        return evaluate(cfg)
-    except PositionRangeError as e:
-        print(f"  {split}: every line skipped ({e})", flush=True)
-        return None
-
-
-class SplitCache:
-    """Source and reference texts of corpus splits, loaded once per data config and split."""
-
-    def __init__(self) -> None:
-        self.loaded: dict[str, tuple[list[str], list[str]]] = {}
-
-    def get(self, data_cfg: DictConfig, split: str) -> tuple[list[str], list[str]]:
-        """(sources, references) of one split of the corpus a data config describes."""
-        from data.corpus import load_split
-
-        key = json.dumps([OmegaConf.to_container(data_cfg, resolve=True), split], sort_keys=True)
-        if key not in self.loaded:
-            dataset = load_split(data_cfg, split)
-            self.loaded[key] = (list(dataset["src"]), list(dataset["tgt"]))
-        return self.loaded[key]
-
-
-def kept_lines(run_dir: Path, srcs: list[str], refs: list[str], scores: dict) -> list[int]:
-    """Indices of the lines an evaluation translated (all unless it skipped some)."""
-    if not scores.get("skipped"):
-        return list(range(len(srcs)))
-    import torch
-
-    from model.checkpoint import load_run, rebuild_model
-    from model.translate import fitting_lines
-
-    model, tokenizer = rebuild_model(load_run(run_dir, "last")[0], torch.device("cpu"))
-    where = f"{scores['name']} of {run_dir}"
-    return fitting_lines(model, tokenizer, srcs, refs, scores["max_len_b"], "skip", where)[0]
-
-
-def run_lines(
-    run_dir: Path, evaluations: dict[str, dict | None], splits: SplitCache
-) -> tuple[list[str], list[str | None], list[str]]:
-    """Sources, hypotheses (None where skipped) and references of a run's splits, pooled."""
-    data_cfg = stored_config(run_dir).data
-    all_srcs, all_hyps, all_refs = [], [], []
-    for split, scores in evaluations.items():
-        srcs, refs = splits.get(data_cfg, split)
-        hyps: list[str | None] = [None] * len(srcs)
-        if scores is not None:
-            kept = kept_lines(run_dir, srcs, refs, scores)
-            hyp_path = run_dir / "eval" / f"{scores['name']}.hyp"
-            lines = hyp_path.read_text(encoding="utf-8").splitlines()
-            if len(lines) != len(kept):
-                raise StudyError(
-                    f"{hyp_path} has {len(lines)} lines for {len(kept)} translated "
-                    f"sources of split {split}: delete {run_dir / 'eval'} and rerun the study"
-                )
-            for i, line in zip(kept, lines, strict=True):
-                hyps[i] = line
-        all_srcs += srcs
-        all_hyps += hyps
-        all_refs += refs
-    return all_srcs, all_hyps, all_refs
-
-
-def mean_and_std(values: list[float]) -> tuple[float | None, float | None]:
-    """Mean (None for no values) and sample standard deviation (None for fewer than two)."""
-    mean = round(statistics.fmean(values), 2) if values else None
-    return mean, round(statistics.stdev(values), 2) if len(values) >= 2 else None
-
-
-def summarize_variant(variant: str, runs: list[dict]) -> dict:
-    """BLEU per bucket and per length range of one variant, mean and std over its seeds."""
-    buckets = []
-    for bucket in runs[0]["by_bucket"]:
-        cells = [next(b for b in r["by_bucket"] if b["bucket"] == bucket["bucket"]) for r in runs]
-        bleus = [c["bleu"] for c in cells if c["bleu"] is not None]
-        mean, std = mean_and_std(bleus)
-        buckets.append(
-            {k: bucket[k] for k in ("bucket", "low", "high", "beyond", "n")}
-            | {"scored": min(c["scored"] for c in cells), "bleu_mean": mean, "bleu_std": std}
-            | {
-                "bleu_by_seed": {
-                    str(r["seed"]): c["bleu"] for r, c in zip(runs, cells, strict=True)
-                }
-            }
-        )
-    ranges = {}
-    for label, first in runs[0]["by_range"].items():
-        bleus = [r["by_range"][label]["bleu"] for r in runs]
-        mean, std = mean_and_std([b for b in bleus if b is not None])
-        scored = min(r["by_range"][label]["scored"] for r in runs)
-        ranges[label] = {"n": first["n"], "scored": scored, "bleu_mean": mean, "bleu_std": std}
-    return {
-        "variant": variant,
-        "seeds": [r["seed"] for r in runs],
-        "by_bucket": buckets,
-        "by_range": ranges,
-        "train_pairs": runs[0]["train_pairs"],
-        "steps_mean": round(statistics.fmean(r["steps"] for r in runs), 1),
-    }
-
-
-def cell(mean: float | None, std: float | None, scored: int, n: int) -> str:
-    """A table cell: BLEU (± std over seeds), and (scored/n) when lines were skipped."""
-    if mean is None:
-        return f"– (0/{n})"
-    text = f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "")
-    return text + (f" ({scored}/{n})" if scored < n else "")
-
-
-def markdown(result: dict) -> str:
-    """The study's tables: BLEU per variant and source-length bucket, then per length range."""
-    max_words = result["max_words"]
-    buckets = result["variants"][0]["by_bucket"]
-
-    def mark(bucket: dict) -> str:
-        return "**" if bucket["low"] > 2 * max_words else "*" if bucket["beyond"] else ""
-
-    lines = [
-        f"# Length extrapolation: {result['corpus']}, trained on sources of <= {max_words} words",
-        "",
-        f"Each variant trained on the training pairs whose source has at most L = {max_words} "
-        f"words ({result['variants'][0]['train_pairs']} pairs), seeds "
-        f"{', '.join(map(str, result['seeds']))}; scored on {', '.join(result['splits'])} "
-        f"(beam {result['beam']}, last checkpoint): sacreBLEU per source-length bucket (words), "
-        "mean ± std over seeds. * = beyond L (lengths never seen in training), ** = beyond 2L; "
-        "(k/n) = only k of the bucket's n lines fit the position encoding, the rest were skipped.",
-        "",
-        "| variant | " + " | ".join(f"{b['bucket']}{mark(b)}" for b in buckets) + " |",
-        "|---|" + "---:|" * len(buckets),
-    ]
-    for row in result["variants"]:
-        cells = [cell(b["bleu_mean"], b["bleu_std"], b["scored"], b["n"]) for b in row["by_bucket"]]
-        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
-    lines.append("| sentences | " + " | ".join(str(b["n"]) for b in buckets) + " |")
-    ranges = list(result["variants"][0]["by_range"])
-    lines += [
-        "",
-        "| variant | " + " | ".join(f"{r} words" for r in ranges) + " | steps |",
-        "|---|" + "---:|" * (len(ranges) + 1),
-    ]
-    for row in result["variants"]:
-        cells = [
-            cell(r["bleu_mean"], r["bleu_std"], r["scored"], r["n"])
-            for r in row["by_range"].values()
-        ]
-        lines.append(f"| {row['variant']} | " + " | ".join(cells) + f" | {row['steps_mean']:g} |")
-    n_range = result["variants"][0]["by_range"]
-    lines.append("| sentences | " + " | ".join(str(n_range[r]["n"]) for r in ranges) + " | |")
-    return "\n".join(lines) + "\n"
-
-
-def plot_bleu_by_length(result: dict, path: Path) -> None:
-    """Mean sacreBLEU against source length, one line per variant, a vertical line at L and 2L."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    max_words = result["max_words"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for row in result["variants"]:
-        points = [b for b in row["by_bucket"] if b["bleu_mean"] is not None]
-        ax.errorbar(
-            [(b["low"] + b["high"]) / 2 for b in points],
-            [b["bleu_mean"] for b in points],
-            yerr=[b["bleu_std"] or 0.0 for b in points],
-            marker="o",
-            capsize=3,
-            label=row["variant"],
-        )
-    ax.axvline(max_words + 0.5, color="black", linestyle="--", linewidth=1)
-    ax.axvline(2 * max_words + 0.5, color="grey", linestyle=":", linewidth=1)
-    ax.annotate(
-        f"L = {max_words}",
-        (max_words + 0.5, 1),
-        xycoords=("data", "axes fraction"),
-        xytext=(3, -12),
-        textcoords="offset points",
-        fontsize=8,
-    )
-    ax.annotate(
-        "2L",
-        (2 * max_words + 0.5, 1),
-        xycoords=("data", "axes fraction"),
-        xytext=(3, -12),
-        textcoords="offset points",
-        fontsize=8,
-    )
-    ax.set_xlabel(f"source length (words; buckets of {result['bucket_width']})")
-    ax.set_ylabel("sacreBLEU")
-    ax.set_title(f"Trained on <= {max_words} words ({result['corpus']})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def study(
-    corpus: str,
-    out: Path,
-    max_words: int | None = None,
-    seeds: Sequence[int] = (1,),
-    variants: Sequence[str] | None = None,
-    minutes: float | None = None,
-    bucket_width: int | None = None,
-    beam: int = 4,
-    overrides: Sequence[str] = (),
-) -> dict:
-    """Train, evaluate and score every variant x seed; write the table, JSON and plot."""
-    from data.files import write_json, write_text
-
-    if corpus not in CORPORA:
-        raise StudyError(f"--corpus {corpus}: pass one of {', '.join(CORPORA)}")
-    known = position_variants()
-    variants = list(variants or known)
-    unknown = [v for v in variants if v not in known]
-    if unknown:
-        hint = " (Hydra overrides go before the options, or after --)" if "=" in unknown[0] else ""
-        raise StudyError(
-            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
-            + hint
-        )
-    experiment = CORPORA[corpus].experiment
-    if max_words is None:
-        max_words = compose_config([f"experiment={experiment}"]).data.train_max_src_words
-    if int(max_words) < 1:
-        raise StudyError(f"--max-words {max_words}: pass a positive number of words")
-    max_words = int(max_words)
-    width = int(bucket_width or math.ceil(max_words / 2))
-    if width < 1:
-        raise StudyError(f"--bucket-width {bucket_width}: pass a positive number of words")
-    if beam < 1:
-        raise StudyError(f"--beam {beam}: pass 1 (greedy) or more")
-    out.mkdir(parents=True, exist_ok=True)
-    splits, runs = SplitCache(), []
-    jobs = [(variant, seed) for variant in variants for seed in seeds]
-    for number, (variant, seed) in enumerate(jobs, start=1):
-        run_dir = (out / f"{variant}-s{seed}").resolve()
-        print(f"[{number}/{len(jobs)}] {variant} seed {seed}: {run_dir}", flush=True)
-        run_overrides = [
-            f"experiment={experiment}",
-            f"position={variant}",
-            f"seed={seed}",
-            f"run_dir={run_dir}",
-            f"data.train_max_src_words={max_words}",
-            *([f"trainer.max_minutes={minutes}"] if minutes is not None else []),
-            *overrides,
-        ]
-        start = time.monotonic()
-        metrics = train_run(run_dir, run_overrides, max_words)
-        print(
-            f"  trained: {metrics['steps']} steps, dev ppl {metrics['dev_ppl']:.2f} "
-            f"({metrics['wall_seconds'] / 60:.1f} min)",
-            flush=True,
-        )
-        evaluations = {}
-        for split in CORPORA[corpus].splits:
-            scores = evaluate_run(run_dir, split, beam)
-            evaluations[split] = scores
-            if scores is not None:
-                skipped = sum(scores["skipped"].values())
-                print(
-                    f"  {split}: sacreBLEU {scores['bleu']:.2f} on {scores['n_sentences']} "
-                    f"lines, {skipped} skipped",
-                    flush=True,
-                )
-        srcs, hyps, refs = run_lines(run_dir, evaluations, splits)
-        cleaning = read_json(run_dir / "data.json")["train_cleaning"]
-        runs.append(
-            {
-                "variant": variant,
-                "seed": seed,
-                "run_dir": str(run_dir),
-                "steps": metrics["steps"],
-                "wall_seconds": metrics["wall_seconds"],
-                "dev_ppl": metrics["dev_ppl"],
-                "train_pairs": cleaning["kept"],
-                "train_cleaning": cleaning,
-                "skipped": sum(h is None for h in hyps),
-                "by_bucket": bleu_by_bucket(srcs, hyps, refs, max_words, width),
-                "by_range": bleu_by_range(srcs, hyps, refs, max_words),
-            }
-        )
-        print(f"  scored in {(time.monotonic() - start) / 60:.1f} min", flush=True)
-    result = {
-        "corpus": corpus,
-        "experiment": experiment,
-        "max_words": max_words,
-        "bucket_width": width,
-        "splits": list(CORPORA[corpus].splits),
-        "beam": beam,
-        "seeds": list(seeds),
-        "overrides": list(overrides),
-        "runs": runs,
-        "variants": [
-            summarize_variant(v, [r for r in runs if r["variant"] == v]) for v in variants
-        ],
-    }
-    table = markdown(result)
-    write_text(out / "extrapolation.md", table)
-    write_json(out / "extrapolation.json", result)
-    plot_bleu_by_length(result, out / "bleu_by_length.png")
-    print(table)
-    print(f"written: {out}/extrapolation.md, extrapolation.json, bleu_by_length.png")
-    return result
-
-
+@report_user_errors
 def main(argv: list[str] | None = None) -> dict:
-    """Command-line entry: run the study; known errors as one line and exit status 1."""
+    """Command-line entry: run the study and print its table; a user error is one line, exit 1."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="toy")
     parser.add_argument(
@@ -510,21 +60,22 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
-    try:
-        return study(
-            args.corpus,
-            args.out or Path("outputs") / "extrapolation" / args.corpus,
-            args.max_words,
-            args.seeds,
-            args.variants,
-            args.minutes,
-            args.bucket_width,
-            args.beam,
-            args.overrides,
-        )
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+    out = args.out or Path("outputs") / "extrapolation" / args.corpus
+    result = study(
+        args.corpus,
+        out,
+        args.max_words,
+        args.seeds,
+        args.variants,
+        args.minutes,
+        args.bucket_width,
+        args.beam,
+        args.overrides,
+        echo=progress,
+    )
+    print(markdown(result))
+    print(f"written: {out}/extrapolation.md, extrapolation.json, bleu_by_length.png")
+    return result
 
 
 if __name__ == "__main__":

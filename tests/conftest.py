@@ -1,12 +1,13 @@
 """Shared fixtures: compose the real Hydra configs, find ../shared/data, build tiny models."""
 
+import runpy
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from evaluation.configs import compose_config
 from model.transformer import build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -15,10 +16,9 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 POSITION_CONFIGS = sorted((CONFIG_DIR / "position").glob("*.yaml"))
 
 
-def compose_config(overrides: list[str] = (), config_name: str = "train") -> DictConfig:
-    """The config `python <entry>.py <overrides>` would see (without Hydra's runtime keys)."""
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
-        return compose(config_name, overrides=list(overrides))
+def script_main(name: str):
+    """The main() of scripts/<name>.py, loaded from its file (nothing imports from scripts/)."""
+    return runpy.run_path(str(ROOT / "scripts" / f"{name}.py"))["main"]
 
 
 def shared_data(name: str) -> Path:

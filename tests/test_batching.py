@@ -1,6 +1,7 @@
 """Tests for data/batching.py: token-budget batch sampler, collate and padding_fraction."""
 
 from collections import Counter
+from functools import partial
 
 import numpy as np
 import pytest
@@ -8,6 +9,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.batching import TokenBatchSampler, collate, padding_fraction
+from data.errors import UserError
+from data.tokenizer import BOS_ID, PAD_ID
 
 N = 20_000
 
@@ -210,7 +213,7 @@ def test_too_long_example_raises_in_init_with_clear_message():
     src = np.full(2000, 10)
     tgt = np.full(2000, 12)
     tgt[1234] = 612
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(UserError) as info:
         TokenBatchSampler(src, tgt, 500)
     message = str(info.value)
     assert "\n" not in message
@@ -219,7 +222,7 @@ def test_too_long_example_raises_in_init_with_clear_message():
     assert "example 1234" in message
 
     src[7] = 700
-    with pytest.raises(ValueError, match=r"700 source tokens, example 7"):
+    with pytest.raises(UserError, match=r"700 source tokens, example 7"):
         TokenBatchSampler(src, tgt, 500)
     TokenBatchSampler(src, tgt, 700)  # exactly at the budget is fine
 
@@ -235,7 +238,7 @@ def test_too_long_example_raises_in_init_with_clear_message():
 )
 def test_invalid_arguments_raise(src, tgt, kwargs):
     kwargs = {"max_tokens": 10, **kwargs}
-    with pytest.raises(ValueError):
+    with pytest.raises((ValueError, UserError)):
         TokenBatchSampler(src, tgt, **kwargs)
 
 
@@ -250,7 +253,7 @@ def test_collate_hand_example():
         {"src_ids": [5, 6, 3], "tgt_ids": [7, 3]},
         {"src_ids": [8, 3], "tgt_ids": [9, 10, 11, 3]},
     ]
-    batch = collate(examples)
+    batch = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)
     assert set(batch) == {"src", "tgt_in", "tgt_out"}
     for tensor in batch.values():
         assert tensor.dtype == torch.long
@@ -266,9 +269,9 @@ def test_collate_hand_example():
 
 def test_collate_rejects_empty_input():
     with pytest.raises(ValueError):
-        collate([])
+        collate([], pad_id=PAD_ID, bos_id=BOS_ID)
     with pytest.raises(ValueError):
-        collate([{"src_ids": [4, 3], "tgt_ids": []}])
+        collate([{"src_ids": [4, 3], "tgt_ids": []}], pad_id=PAD_ID, bos_id=BOS_ID)
 
 
 def test_sampler_as_dataloader_batch_sampler():
@@ -283,7 +286,9 @@ def test_sampler_as_dataloader_batch_sampler():
     ]
     max_tokens = 1024
     sampler = TokenBatchSampler(src_lengths, tgt_lengths, max_tokens, seed=0)
-    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+    loader = DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=partial(collate, pad_id=PAD_ID, bos_id=BOS_ID)
+    )
     assert len(loader) == len(sampler)
     seen = 0
     for batch in loader:

@@ -1,10 +1,18 @@
-"""scripts/benchmark.py: each subcommand's figures on a tiny setting, and the table printer."""
+"""evaluation/benchmark_*.py through scripts/benchmark.py: each benchmark's figures on a tiny
+setting, the FLOP formula against torch's counter, and the table printer."""
 
 import pytest
 import torch
 
-from scripts.benchmark import benchmark_data, benchmark_decode, benchmark_train, format_table, main
-from tests.conftest import shared_data
+from evaluation.benchmark_data import benchmark_data
+from evaluation.benchmark_decode import benchmark_decode
+from evaluation.benchmark_models import build_models
+from evaluation.benchmark_train import benchmark_train
+from evaluation.flops import transformer_flops
+from evaluation.tables import format_table
+from tests.conftest import script_main, shared_data
+
+main = script_main("benchmark")
 
 TINY_DIMS = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64}
 
@@ -95,8 +103,6 @@ def test_flop_formula_matches_torch_flop_counter():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from scripts.benchmark import build_models, transformer_flops
-
     dims = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 2, "n_decoder_layers": 3, "d_ff": 48}
     model, _, _ = build_models("tiny", 50, False, **dims)
     src, tgt = torch.randint(4, 50, (3, 7)), torch.randint(4, 50, (3, 5))
@@ -150,7 +156,7 @@ def test_train_command_prints_a_table(capsys):
 
 
 def test_train_default_precisions_follow_the_cpu():
-    from scripts.benchmark import default_precisions, native_bf16
+    from evaluation.flops import default_precisions, native_bf16
 
     cpu = torch.device("cpu")
     assert default_precisions(cpu) == (["fp32", "bf16"] if native_bf16(cpu) else ["fp32"])
@@ -158,11 +164,16 @@ def test_train_default_precisions_follow_the_cpu():
 
 
 def test_a_failing_compiled_step_is_reported_and_left_out(monkeypatch):
-    def broken_compile(model, **kwargs):
-        def step(*args, **kwargs):
+    class BrokenCompiled(torch.nn.Module):  # what torch.compile returns, failing on its call
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args, **kwargs):
             raise RuntimeError("no C compiler here\nmore detail")
 
-        return step
+    def broken_compile(model, **kwargs):
+        return BrokenCompiled(model)
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     lines = []

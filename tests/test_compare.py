@@ -1,4 +1,4 @@
-"""scripts/compare.py on real-format run folders, and the SLURM launcher config."""
+"""evaluation/compare.py via scripts/compare.py on real-format run folders; the SLURM launcher."""
 
 import json
 import math
@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from scripts.compare import main, t_quantile
-from tests.conftest import CONFIG_DIR, compose_config
+from tests.conftest import CONFIG_DIR, compose_config, script_main
+
+main = script_main("compare")
 
 DROP = {"SinusoidalPositionEncoding": 0.05, "LearnedPositionEncoding": 0.1}
 VARIANT = {"SinusoidalPositionEncoding": "sinusoidal", "LearnedPositionEncoding": "learned"}
@@ -181,12 +182,6 @@ def test_unpaired_seeds_use_welch_and_eval_can_be_named(tmp_path, toy_validation
     assert seeds["low"] < seeds["difference"] < seeds["high"]
     assert result["differences"][0]["bootstrap"] is None
     assert (tmp_path / "o" / "compare.md").is_file()
-
-
-def test_t_quantile_matches_closed_forms():
-    assert t_quantile(0.95, 1) == pytest.approx(math.tan(math.pi * 0.475), rel=1e-9)
-    assert t_quantile(0.95, 2) == pytest.approx(math.sqrt(2 * 0.95**2 / (1 - 0.95**2)), rel=1e-9)
-    assert t_quantile(0.95, 5000) == pytest.approx(statistics.NormalDist().inv_cdf(0.975), abs=1e-3)
 
 
 def error_of(capsys, *argv) -> str:

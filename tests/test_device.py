@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from data.errors import UserError
 from model.device import resolve_device, use_bf16
 
 
@@ -10,7 +11,7 @@ def test_precision_names_and_auto():
     cpu = torch.device("cpu")
     assert use_bf16("bf16", cpu) and not use_bf16("fp32", cpu)
     assert not use_bf16("auto", cpu)  # float32 on a CPU unless asked
-    with pytest.raises(ValueError, match="precision=fp16: pass auto, bf16 or fp32"):
+    with pytest.raises(UserError, match="precision=fp16: pass auto, bf16 or fp32"):
         use_bf16("fp16", cpu)
 
 

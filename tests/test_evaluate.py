@@ -12,12 +12,14 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
+from data.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from evaluate import evaluate
-from model.checkpoint import CheckpointError, load_run, rebuild_model
+from evaluation.run import load_run, rebuild_model
+from evaluation.translate import translate
+from model.checkpoint import CheckpointError
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
-from model.translate import translate
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 LEARNED_ROWS = 80
@@ -127,7 +129,7 @@ def test_checkpoint_choices(trained_run):
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="has no checkpoints"):
+    with pytest.raises(UserError, match="has no checkpoints"):
         evaluate(eval_config(tmp_path))
 
 
@@ -369,7 +371,7 @@ def test_long_inputs_skip_counts_per_length_bucket(learned_run, tmp_path):
             learned_run, "split=test_long", "long_inputs=skip", f"max_len_b={max_len_b}", "beam=1"
         )
     )
-    assert out["skipped"] == expected
+    assert out["skipped"] == expected and out["skipped_indices"] == over
     assert out["n_sentences"] == 500 - len(over) == sum(row["n"] for row in out["by_length"])
     hyps = open(out["hypotheses"], encoding="utf-8").read().splitlines()
     kept_refs = [refs[i] for i in range(500) if i not in set(over)]

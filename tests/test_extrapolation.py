@@ -9,16 +9,18 @@ from omegaconf import OmegaConf
 
 from data.corpus import DataError, clean_train, load_split, prepare_data
 from data.tokenizer import EOS_ID
-from scripts.extrapolation import (
+from evaluation.extrapolation import (
     bleu_by_bucket,
     bleu_by_range,
     bucket_of,
-    main,
     markdown,
-    plot_bleu_by_length,
+    run_lines,
     summarize_variant,
 )
-from tests.conftest import CONFIG_DIR, compose_config
+from evaluation.plots import plot_extrapolation
+from tests.conftest import CONFIG_DIR, compose_config, script_main
+
+main = script_main("extrapolation")
 
 # a seconds-long study: small corpus splits, a small model, a few steps, sources of <= 6 words
 TINY_STUDY = [
@@ -190,7 +192,7 @@ def test_the_report_averages_seeds_and_marks_buckets_past_the_training_length(tm
     assert sentences == "| sentences | 10 | 10 | 10 | 10 | 10 |"
     assert by_range.splitlines()[0] == "| variant | 1-6 words | 7-12 words | >12 words | steps |"
     assert by_range.splitlines()[2] == "| sinusoidal | 28.0 ± 0.0 | 20.0 ± 0.0 | 5.0 ± 0.0 | 150 |"
-    plot_bleu_by_length(result, tmp_path / "bleu_by_length.png")
+    plot_extrapolation(result, tmp_path / "bleu_by_length.png")
     assert (tmp_path / "bleu_by_length.png").stat().st_size > 0
 
 
@@ -233,3 +235,22 @@ def test_a_tiny_study_writes_the_table_json_and_plot(tmp_path, cache_dir):
     assert scores["precision"] == "bf16"
     again = main([*argv, "model.max_positions=60"])  # resumable: reuses runs and evaluations
     assert again["runs"][0]["by_bucket"] == result["runs"][0]["by_bucket"]
+
+
+def test_the_skipped_lines_come_from_the_evaluation_not_from_a_rebuilt_model(tmp_path):
+    (tmp_path / ".hydra").mkdir()
+    OmegaConf.save(
+        OmegaConf.create({"data": {"src_lang": "en"}}), tmp_path / ".hydra" / "config.yaml"
+    )
+    (tmp_path / "eval").mkdir()  # no checkpoints/: a model could not be rebuilt here
+    (tmp_path / "eval" / "test-last-beam4.hyp").write_text("h0\nh2\nh3\n", encoding="utf-8")
+    scores = {"name": "test-last-beam4", "skipped": {"0-10": 1}, "skipped_indices": [1]}
+
+    class Splits:  # the split's texts, as SplitCache would load them from the corpus
+        def get(self, data_cfg, split):
+            assert data_cfg.src_lang == "en" and split == "test"
+            return ["s0", "s1", "s2", "s3"], ["r0", "r1", "r2", "r3"]
+
+    srcs, hyps, refs = run_lines(tmp_path, {"test": scores}, Splits())
+    assert srcs == ["s0", "s1", "s2", "s3"] and refs == ["r0", "r1", "r2", "r3"]
+    assert hyps == ["h0", None, "h2", "h3"]

@@ -262,7 +262,7 @@ def test_inference_settings_are_checked_and_refused_one_line():
     assert rope.inference_state() == {"scaling": "ntk", "factor": 2.0}  # refused: unchanged
     with pytest.raises(PositionSettingError, match="inference-only settings: none"):
         build("relative").apply_inference_settings(max_distance=32)
-    with pytest.raises(ValueError, match="scaling=yarn"):  # the YAML is checked the same way
+    with pytest.raises(PositionSettingError, match="scaling=yarn"):  # the YAML is checked alike
         build("rope", scaling="yarn")
 
 

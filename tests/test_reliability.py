@@ -27,6 +27,7 @@ import torch
 
 import model.checkpoint as checkpoint
 from data.corpus import prepare_data
+from data.errors import UserError
 from data.toy import main as write_toy_corpus
 from evaluate import evaluate
 from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, step_checkpoints
@@ -580,7 +581,7 @@ def test_bad_input_is_one_clear_error_in_process(case, bad, tmp_path):
             evaluate(compose_config(overrides, config_name="evaluate"))
     message = str(raised.value)
     if case != "unknown position variant":  # Hydra's error, raised while composing the config
-        assert isinstance(raised.value, ValueError | OSError), repr(raised.value)
+        assert isinstance(raised.value, UserError | OSError), repr(raised.value)
         assert "\n" not in message, message
     for text in expected:
         assert text in message, message

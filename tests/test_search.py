@@ -23,10 +23,32 @@ def test_length_penalty_is_gnmts():
     assert length_penalty(7, 0.0) == 1.0
 
 
+@torch.no_grad()
+def reference_greedy(model, src: torch.Tensor, max_len_b: int) -> list[list[int]]:
+    """Greedy decoding the slow, obvious way: one sentence at a time, no cache, the whole
+    prefix re-decoded teacher-forced at every step, EOS forced at source length + max_len_b."""
+    out = []
+    for row in src:
+        one = row[row != 0][None]  # [1, S]: this sentence alone, no padding
+        limit = one.size(1) - 1 + max_len_b  # source subwords + max_len_b, EOS included
+        prefix = [BOS]
+        while len(prefix) <= limit:
+            logits = model(one, torch.tensor([prefix]))[0, -1]  # [V]
+            token = EOS if len(prefix) == limit else int(logits.argmax())
+            if token == EOS:
+                break
+            prefix.append(token)
+        out.append(prefix[1:])
+    return out
+
+
 def test_beam_one_is_greedy(position_yaml):
     model = tiny_model(position_yaml).eval()
     src = sources()
-    assert beam_search(model, src, BOS, EOS, beam_size=1) == greedy_search(model, src, BOS, EOS)
+    for max_len_b in (6, 1):  # outputs up to source + 6, and cut at source + 1
+        expected = reference_greedy(model, src, max_len_b)
+        assert beam_search(model, src, BOS, EOS, 1, 0.6, max_len_b) == expected
+        assert greedy_search(model, src, BOS, EOS, max_len_b) == expected
 
 
 def test_output_length_is_bounded_by_source_plus_b(position_yaml):

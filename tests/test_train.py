@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from data.errors import UserError
 from model.checkpoint import load_checkpoint, step_checkpoints
 from tests.conftest import compose_config, tiny_run_overrides
 from train import train
@@ -64,7 +65,7 @@ def test_max_epochs_stops_the_run(tmp_path, cache_dir):
 
 
 def test_unknown_language_is_one_clear_error(tmp_path, cache_dir):
-    with pytest.raises(ValueError, match="fr"):
+    with pytest.raises(UserError, match="fr"):
         train(compose_config(tiny_run_overrides(tmp_path, cache_dir, "data.src_lang=fr")))
 
 
@@ -78,7 +79,7 @@ def test_bf16_autocast_on_cpu_trains(tmp_path, cache_dir):
 
 def test_compiled_training_saves_weights_evaluate_loads(tmp_path, cache_dir, monkeypatch):
     """trainer.compile=true through torch.compile's tracing (aot_eager: no C++ build, seconds)."""
-    from model.checkpoint import load_run, rebuild_model
+    from evaluation.run import load_run, rebuild_model
 
     compiled = []
     real_compile = torch.compile

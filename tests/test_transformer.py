@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+from data.errors import UserError
 from model.position import PositionRangeError
 from model.transformer import (
     MultiHeadAttention,
@@ -127,7 +128,7 @@ def test_learned_overflow_in_the_model_is_the_clear_error():
 
     learned = next(p for p in POSITION_CONFIGS if p.stem == "learned")
     model = tiny_model(learned, max_positions=8)
-    with pytest.raises(ValueError, match="past the learned position table"):
+    with pytest.raises(UserError, match="past the learned position table"):
         model(torch.randint(4, 40, (1, 9)), torch.randint(4, 40, (1, 3)))
 
 
@@ -285,3 +286,14 @@ def test_bf16_autocast_stays_close_to_float32(position_yaml):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got = model(src, tgt)
     assert torch.allclose(got.float(), expected, atol=0.1), position_yaml.stem
+
+
+def test_decoding_a_shifted_target_without_a_cache_keeps_distances(position_yaml):
+    """decode(offset=o) without a cache: relative variants see the same distances as at 0."""
+    model = tiny_model(position_yaml).eval()
+    src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
+    memory, keep = model.encode(src)
+    at_zero = model.decode(tgt, memory, keep)
+    moved = model.decode(tgt, memory, keep, offset=7)
+    unchanged = torch.allclose(at_zero, moved, atol=1e-5)
+    assert unchanged == (not adds_absolute_encodings(model)), position_yaml.stem

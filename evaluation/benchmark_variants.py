@@ -1,8 +1,15 @@
 """What each position variant costs: its training step time relative to sinusoidal (§3.5).
 
+The step is ``model.training.train_step``, the update train.py runs (forward, label-smoothed
+loss, backward, clipping, Adam and schedule step).
+
 Every variant of ``configs/position/`` trains the same model on the same random batch; the steps
 are interleaved (sinusoidal, learned, ..., then again) so a machine that slows down or is shared
-slows all of them alike, and each variant's median step is divided by sinusoidal's.
+slows all of them alike, and each variant's median step is divided by sinusoidal's. Each step is
+timed twice: wall-clock seconds, and the CPU seconds this process spent (all its threads). On a
+shared machine the wall clock measures the neighbours as much as the step; the CPU seconds do
+not (run with OMP_WAIT_POLICY=PASSIVE so threads waiting for a core do not spin), so the ratio is
+taken on CPU seconds.
 """
 
 import statistics
@@ -13,7 +20,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from model.loss import forward_backward
+from data.errors import UserError
+from model.optim import noam_adam
+from model.training import train_step
 from model.transformer import build_model, count_parameters
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -35,7 +44,8 @@ def variant_steps(
     bf16: bool,
     **dims,
 ) -> dict[str, tuple[Callable[[], None], int]]:
-    """Variant -> (one training step: forward, backward, Adam; its parameter count)."""
+    """Variant -> (train.py's update on one batch, its model's parameter count)."""
+    optim = OmegaConf.load(CONFIG_DIR / "optim" / "noam.yaml")
     model_cfg = OmegaConf.merge(
         OmegaConf.load(CONFIG_DIR / "model" / f"{model_name}.yaml"),
         {k: v for k, v in dims.items() if v is not None},
@@ -49,12 +59,18 @@ def variant_steps(
         torch.manual_seed(0)
         position = OmegaConf.load(CONFIG_DIR / "position" / f"{name}.yaml")
         model = build_model(model_cfg, position, vocab_size).train()
-        adam = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        # what train.py builds: fused Adam (float32 master weights) with the §5.3 schedule
+        adam, schedule = noam_adam(
+            model.parameters(),
+            model_cfg.d_model,
+            optim.betas,
+            optim.eps,
+            optim.warmup,
+            optim.lr_scale,
+        )
 
-        def step(model=model, adam=adam) -> None:
-            forward_backward(model, batch, 0.1, 1 / batch["tgt_out"].numel(), bf16)
-            adam.step()
-            adam.zero_grad(set_to_none=True)
+        def step(model=model, adam=adam, schedule=schedule) -> None:
+            train_step(model, adam, schedule, [batch], optim.label_smoothing, optim.clip_norm, bf16)
 
         steps[name] = (step, count_parameters(model))
     return steps
@@ -77,12 +93,12 @@ def variant_step_times(
     One warm-up step per variant, then `repeats` rounds of one step each, interleaved.
     """
     if repeats < 1 or batch_size < 1 or length < 1:
-        raise ValueError("need repeats >= 1, batch_size >= 1 and length >= 1")
+        raise UserError("need repeats >= 1, batch_size >= 1 and length >= 1")
     known = position_variants()
     variants = list(variants or known)
     unknown = [name for name in variants if name not in known]
     if unknown:
-        raise ValueError(
+        raise UserError(
             f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
         )
     if BASELINE not in variants:
@@ -101,33 +117,38 @@ def variant_step_times(
     }
     for model_name in model_names:
         steps = variant_steps(model_name, variants, batch_size, length, vocab_size, bf16, **dims)
-        seconds: dict[str, list[float]] = {name: [] for name in steps}
+        cpu: dict[str, list[float]] = {name: [] for name in steps}
+        wall: dict[str, list[float]] = {name: [] for name in steps}
         for run in range(repeats + 1):
             for name, (step, _) in steps.items():
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 step()
+                elapsed_cpu = time.process_time() - start_cpu
                 elapsed = time.perf_counter() - start
                 what = "warm-up" if run == 0 else f"step {run}/{repeats}"
-                echo(f"{model_name} {name:>16} {what}: {elapsed:.3f} s")
+                echo(f"{model_name} {name:>16} {what}: {elapsed_cpu:.3f} CPU s, {elapsed:.3f} s")
                 if run:
-                    seconds[name].append(elapsed)
-        baseline = statistics.median(seconds[BASELINE])
+                    cpu[name].append(elapsed_cpu)
+                    wall[name].append(elapsed)
+        baseline = statistics.median(cpu[BASELINE])
         fig["models"][model_name] = {
             name: {
-                "seconds": statistics.median(times),
-                "min_s": min(times),
-                "max_s": max(times),
-                "ratio": statistics.median(times) / baseline,
+                "cpu_seconds": statistics.median(cpu[name]),
+                "min_cpu_s": min(cpu[name]),
+                "max_cpu_s": max(cpu[name]),
+                "ratio": statistics.median(cpu[name]) / baseline,
+                "wall_seconds": statistics.median(wall[name]),
+                "wall_ratio": statistics.median(wall[name]) / statistics.median(wall[BASELINE]),
                 "parameters": steps[name][1],
                 "added_parameters": steps[name][1] - steps[BASELINE][1],
             }
-            for name, times in seconds.items()
+            for name in steps
         }
     return fig
 
 
 def variant_cost_rows(fig: dict) -> list[tuple[str, ...]]:
-    """Table rows: model, variant, median step, range, ratio to sinusoidal, parameters added."""
+    """Rows: model, variant, CPU s (median, range), ratio, wall s and ratio, parameters added."""
     rows = []
     for model_name, entry in fig["models"].items():
         for name, figures in entry.items():
@@ -135,9 +156,11 @@ def variant_cost_rows(fig: dict) -> list[tuple[str, ...]]:
                 (
                     model_name,
                     name,
-                    f"{figures['seconds']:.3f}",
-                    f"{figures['min_s']:.3f}-{figures['max_s']:.3f}",
+                    f"{figures['cpu_seconds']:.3f}",
+                    f"{figures['min_cpu_s']:.3f}-{figures['max_cpu_s']:.3f}",
                     f"{figures['ratio']:.2f}x",
+                    f"{figures['wall_seconds']:.3f}",
+                    f"{figures['wall_ratio']:.2f}x",
                     f"{figures['added_parameters']:+,}",
                 )
             )

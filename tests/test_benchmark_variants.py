@@ -1,10 +1,14 @@
-"""evaluation/variant_cost.py: every variant timed against sinusoidal; the command line."""
+"""evaluation/benchmark_variants.py: every variant timed against sinusoidal; the command line."""
 
 import pytest
 
-from evaluation.variant_cost import position_variants, variant_cost_rows, variant_step_times
-from scripts.benchmark import main
-from tests.conftest import POSITION_CONFIGS
+from data.errors import UserError
+from evaluation.benchmark_variants import (
+    position_variants,
+    variant_cost_rows,
+    variant_step_times,
+)
+from tests.conftest import POSITION_CONFIGS, script_main
 
 TINY_DIMS = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64}
 
@@ -25,10 +29,11 @@ def test_every_variant_is_timed_against_sinusoidal():
     assert set(entry) == {p.stem for p in POSITION_CONFIGS}
     assert entry["sinusoidal"]["ratio"] == 1.0
     for figures in entry.values():
-        assert 0 < figures["min_s"] <= figures["seconds"] <= figures["max_s"]
-        assert figures["ratio"] == pytest.approx(
-            figures["seconds"] / entry["sinusoidal"]["seconds"]
-        )
+        assert 0 < figures["min_cpu_s"] <= figures["cpu_seconds"] <= figures["max_cpu_s"]
+        baseline = entry["sinusoidal"]
+        assert figures["ratio"] == pytest.approx(figures["cpu_seconds"] / baseline["cpu_seconds"])
+        wall_ratio = figures["wall_seconds"] / baseline["wall_seconds"]
+        assert figures["wall_ratio"] == pytest.approx(wall_ratio)
     d_head, k, layers = 8, 16, 2  # tiny.yaml: 2 + 2 layers
     relative = layers * 2 * (2 * k + 1) * d_head + layers * 2 * (k + 1) * d_head
     assert entry["relative"]["added_parameters"] == relative
@@ -40,13 +45,15 @@ def test_every_variant_is_timed_against_sinusoidal():
 
 
 def test_unknown_variant_is_refused():
-    with pytest.raises(ValueError, match="unknown position variant"):
+    with pytest.raises(UserError, match="unknown position variant"):
         variant_step_times(("tiny",), ["nope"], echo=lambda message: None)
 
 
 def test_the_command_line_prints_the_ratios(capsys):
     argv = ["train", "--model", "tiny", "--variants", "relative", "--batch-size", "2"]
-    fig = main([*argv, "--length", "4", "--vocab-size", "50", "--repeats", "1", "--threads", "1"])
+    fig = script_main("benchmark")(
+        [*argv, "--length", "4", "--vocab-size", "50", "--repeats", "1", "--threads", "1"]
+    )
     assert set(fig["models"]["tiny"]) == {"sinusoidal", "relative"}
     out = capsys.readouterr().out
     assert "vs sinusoidal" in out and "relative" in out and "1.00x" in out

@@ -6,7 +6,7 @@ import torch
 
 from data.batching import TokenBatchSampler, collate
 from data.bleu import BUCKET_LABELS, length_bucket
-from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from model.position import PositionRangeError
 from model.search import beam_search
 
@@ -37,7 +37,8 @@ def translate(
     out: list[str] = [""] * len(encoded)
     budget = max(max_tokens // max(beam, 1), max(lengths, default=1))
     for batch in TokenBatchSampler(lengths, lengths, budget, shuffle=False) if nonempty else []:
-        src = collate([{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in batch])["src"]
+        examples = [{"src_ids": src_ids[i], "tgt_ids": [EOS_ID]} for i in batch]
+        src = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)["src"]
         src = src.to(device)  # [B, S]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
@@ -67,23 +68,21 @@ def fitting_lines(
     kept, skipped = [], {}
     for i, (src, ref) in enumerate(zip(src_ids, ref_ids, strict=True)):
         needs = [
-            (model.encoder_position, len(src) + 1, f"source ({len(src)} subwords + EOS)", ""),
+            ({"src_len": len(src) + 1}, f"source ({len(src)} subwords + EOS)", ""),
             (
-                model.decoder_position,
-                len(src) + max_len_b,
+                {"tgt_len": len(src) + max_len_b},
                 f"output (source {len(src)} subwords + max_len_b={max_len_b})",
                 "lower max_len_b, or ",
             ),
         ]
         if ref is not None:
-            needs.append(
-                (model.decoder_position, len(ref) + 1, f"reference ({len(ref)} subwords + BOS)", "")
-            )
-        for position, n_positions, what, also in needs:
+            needs.append(({"tgt_len": len(ref) + 1}, f"reference ({len(ref)} subwords + BOS)", ""))
+        for lengths, what, also in needs:
             try:
-                position.check_length(n_positions)
+                model.check_lengths(**lengths)
             except PositionRangeError as e:
                 if long_inputs != "skip":
+                    n_positions = next(iter(lengths.values()))
                     raise PositionRangeError(
                         f"line {i + 1} of {where}: its {what} needs {n_positions} positions, but "
                         f"{e}; or {also}pass long_inputs=skip to leave such lines out"

@@ -1,0 +1,1 @@
+"""Evaluation: where data and model meet (runs loaded, sentences translated, scores compared)."""

@@ -1,0 +1,258 @@
+"""The training benchmark: full training steps (the one train.py runs, ``model.training.
+train_step``) in fp32 and bf16, optionally against HF Marian trained the way its Trainer does,
+A/B interleaved; tokens/s, GFLOP/s, MFU against the measured GEMM peak, step memory
+(scripts/benchmark.py train)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Callable, Sequence
+
+from data.errors import UserError
+from evaluation.benchmark_models import ROOT, build_models
+from evaluation.flops import (
+    cpu_flags,
+    default_precisions,
+    gemm_peak,
+    hardware_name,
+    synchronized_time,
+    transformer_flops,
+)
+from evaluation.memory import StepMemory
+
+
+def train_systems(
+    model_name: str, vocab_size: int, with_hf: bool, device, compile_modes, precisions, **dims
+):
+    """Name -> (one training step, its model) for ours (fp32, bf16, compiled) and HF Marian."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from model.optim import noam_adam
+    from model.training import train_step
+
+    optim = OmegaConf.load(ROOT / "configs" / "optim" / "noam.yaml")
+    ours, theirs, model_cfg = build_models(model_name, vocab_size, with_hf, **dims)
+    systems = {}
+    ours = ours.to(device).train()
+    # what train.py builds: fused Adam (float32 master weights) with the §5.3 schedule
+    adam, schedule = noam_adam(
+        ours.parameters(), model_cfg.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
+    )
+
+    def our_step(model, bf16: bool) -> Callable:
+        def step(batch: dict) -> None:  # train.py's update, on one micro-batch
+            train_step(model, adam, schedule, [batch], optim.label_smoothing, optim.clip_norm, bf16)
+
+        return step
+
+    for precision in precisions:
+        for compiled in compile_modes:
+            model = torch.compile(ours) if compiled else ours
+            name = f"ours {precision}" + (" compiled" if compiled else "")
+            systems[name] = (our_step(model, precision == "bf16"), ours)
+    if theirs is not None:
+        from transformers.trainer_pt_utils import LabelSmoother
+
+        theirs = theirs.to(device).train()
+        smoother = LabelSmoother(epsilon=optim.label_smoothing)
+        # HF Trainer's defaults: fused AdamW (torch >= 2.8), max_grad_norm 1.0
+        adamw = torch.optim.AdamW(theirs.parameters(), lr=1e-4, fused=True)
+
+        def their_step(bf16: bool) -> Callable:
+            def step(batch: dict) -> None:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    out = theirs(
+                        input_ids=batch["src"],
+                        attention_mask=batch["src"].ne(0),
+                        decoder_input_ids=batch["tgt_in"],
+                    )
+                    loss = smoother(out, batch["tgt_out"])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(theirs.parameters(), 1.0)
+                adamw.step()
+                adamw.zero_grad(set_to_none=True)
+
+            return step
+
+        for precision in precisions:
+            systems[f"hf {precision}"] = (their_step(precision == "bf16"), theirs)
+    return systems, model_cfg
+
+
+def benchmark_train(
+    model_names: Sequence[str] = ("base", "small"),
+    vs: str | None = None,
+    batch_size: int = 128,
+    length: int = 32,
+    vocab_size: int = 8000,
+    repeats: int = 5,
+    device_name: str = "cpu",
+    num_threads: int | None = None,
+    echo: Callable[[str], None] = print,
+    compile_modes: Sequence[bool] | None = None,
+    precisions: Sequence[str] | None = None,
+    **dims,
+) -> dict:
+    """Training-step throughput, GFLOP/s, MFU and step memory per model size and system.
+
+    dims override the model configs' (d_model=..., ...), as in benchmark_decode. compile_modes:
+    eager and/or torch.compile'd steps of ours (default: eager on CPU, both on CUDA); a compiled
+    step that fails is reported under "failed" and left out. precisions: fp32 and/or bf16
+    (default: ``default_precisions``, so a CPU without native bf16 times fp32 only).
+    """
+    import torch
+
+    if repeats < 1 or batch_size < 1 or length < 1:
+        raise UserError("need --repeats >= 1, --batch-size >= 1 and --length >= 1")
+    device = torch.device(device_name)
+    precisions = list(precisions or default_precisions(device))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    gemm_size = 2048 if device.type == "cpu" else 8192
+    peaks = {"fp32": 0.0, "bf16": 0.0}
+
+    def measure_peaks() -> None:  # before and after each model; the best figure is the peak
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            # a precision not timed (emulated bf16 on a CPU): one 512-square figure for the record
+            size, repeats = (gemm_size, 10) if name in precisions or name == "fp32" else (512, 1)
+            peaks[name] = max(peaks[name], gemm_peak(dtype, device, size, repeats))
+        echo(f"GEMM peak: fp32 {peaks['fp32']:,.1f} GFLOP/s, bf16 {peaks['bf16']:,.1f} GFLOP/s")
+
+    measure_peaks()
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (batch_size, length), generator=generator)  # [B, S]
+    tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)  # [B, T+1]
+    batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+    batch = {k: v.to(device) for k, v in batch.items()}
+    if compile_modes is None:
+        compile_modes = [False] if device.type == "cpu" else [False, True]
+    fig = {
+        "device": device_name,
+        "device_name": hardware_name(device),
+        "cpu_flags": cpu_flags() if device.type == "cpu" else [],
+        "precisions": precisions,
+        "batch_size": batch_size,
+        "length": length,
+        "vocab_size": vocab_size,
+        "repeats": repeats,
+        "num_threads": torch.get_num_threads(),
+        "gemm_peak_gflops": peaks,
+        "torch_version": torch.__version__,
+        "models": {},
+    }
+    tokens = batch_size * length  # per side
+    for model_name in model_names:
+        systems, model_cfg = train_systems(
+            model_name, vocab_size, vs == "hf", device, compile_modes, precisions, **dims
+        )
+        model_dims = {
+            k: model_cfg[k]
+            for k in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff")
+        }
+        flops = transformer_flops(model_dims, vocab_size, batch_size, length, length)
+        seconds = {name: [] for name in systems}
+        memory, failed = {}, {}
+        for run in range(repeats + 1):
+            for name, (step, _) in systems.items():
+                if name in failed:
+                    continue
+                # saved-tensor hooks and torch.compile do not mix: compiled steps report none
+                track = "compiled" not in name
+                with StepMemory(device, systems[name][1].parameters(), track) as mem:
+                    start = synchronized_time(device)
+                    try:
+                        step(batch)
+                    except Exception as e:  # a compiler missing on this machine: report, go on
+                        if "compiled" not in name:
+                            raise
+                        failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+                        echo(f"{model_name} {name}: failed ({failed[name]}); left out")
+                        systems[name][1].zero_grad(set_to_none=True)
+                        continue
+                    elapsed = synchronized_time(device) - start
+                what = "warm-up" if run == 0 else f"run {run}/{repeats}"
+                echo(
+                    f"{model_name} {name:>18} {what}: {elapsed:.3f} s, "
+                    f"{tokens / elapsed:,.0f} target tokens/s"
+                )
+                if run:
+                    seconds[name].append(elapsed)
+                    memory[name] = (mem.saved_mib, mem.peak_mib)
+        rows = {}
+        for name, times in seconds.items():
+            if name in failed:
+                continue
+            median = statistics.median(times)
+            precision = "bf16" if "bf16" in name else "fp32"
+            rows[name] = {
+                "seconds": median,
+                "seconds_min": min(times),
+                "seconds_max": max(times),
+                "target_tokens_per_s": tokens / median,
+                "tokens_per_s": 2 * tokens / median,
+                "gflops": flops / median / 1e9,
+                "precision": precision,
+                "saved_for_backward_mib": memory[name][0],
+                "cuda_peak_mib": memory[name][1],
+                "parameters": sum(
+                    p.numel() for p in systems[name][1].parameters() if p.requires_grad
+                ),
+            }
+        entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows, "failed": failed}
+        if vs == "hf":
+            # like for like first (the verdicts); the cross-precision ratio is labelled as such
+            entry["ratios"] = {
+                f"{a} / {b}": rows[b]["seconds"] / rows[a]["seconds"]
+                for a, b in (
+                    ("ours fp32", "hf fp32"),
+                    ("ours bf16", "hf bf16"),
+                    ("ours bf16", "hf fp32"),
+                )
+                if a in rows and b in rows
+            }
+        if device.type == "cuda":
+            fastest = min(rows.values(), key=lambda r: r["seconds"])
+            entry["projected_100k_steps_h"] = fastest["seconds"] * 100_000 / 3600
+        fig["models"][model_name] = entry
+        del systems
+        measure_peaks()
+    for entry in fig["models"].values():
+        for row in entry["systems"].values():
+            row["mfu"] = row["gflops"] / peaks[row["precision"]]
+        # the most any system could lead theirs: ours at 100% MFU (every step a peak GEMM)
+        entry["ratio_bound"] = {
+            precision: entry["systems"][f"hf {precision}"]["seconds"]
+            / (entry["flops_per_step"] / peaks[precision] / 1e9)
+            for precision in ("fp32", "bf16")
+            if f"hf {precision}" in entry["systems"] and peaks[precision] > 0
+        }
+    fig["load_average"] = os.getloadavg()
+    return fig
+
+
+def train_rows(fig: dict) -> list[tuple[str, ...]]:
+    """Table rows (model, system, tokens/s, range, GFLOP/s, MFU, step memory) for train figures."""
+    rows = []
+    for model_name, entry in fig["models"].items():
+        tokens = fig["batch_size"] * fig["length"]
+        for name, r in entry["systems"].items():
+            rows.append(
+                (
+                    model_name,
+                    name,
+                    f"{r['target_tokens_per_s']:,.0f}",
+                    f"{tokens / r['seconds_max']:,.0f}-{tokens / r['seconds_min']:,.0f}",
+                    f"{r['tokens_per_s']:,.0f}",
+                    f"{r['gflops']:,.0f}",
+                    f"{100 * r['mfu']:.0f}%",
+                    "-"
+                    if r["saved_for_backward_mib"] is None
+                    else f"{r['saved_for_backward_mib']:,.0f}",
+                    "-" if r["cuda_peak_mib"] is None else f"{r['cuda_peak_mib']:,.0f}",
+                )
+            )
+    return rows

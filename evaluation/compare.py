@@ -1,0 +1,387 @@
+"""Table 3-style comparison of runs: discovery, grouping by position variant, tables, numbers.
+
+Finds run directories (those holding metrics.json), groups them by position variant, and
+summarizes each variant over its seeds beside the paper's numbers. Each variant is compared with
+the baseline (sinusoidal) two ways: across seeds (a t-interval over per-seed BLEU, paired by
+seed when both variants ran the same seeds) and by sacreBLEU's paired bootstrap on one seed pair.
+``compare`` writes compare.md, compare.json and three plots (evaluation/plots.py).
+"""
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from data.errors import UserError
+from data.files import read_json, write_json, write_text
+from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
+from evaluation.statistics import mean, paired_bootstrap, paired_t_interval, stdev, welch_interval
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+POSITION_CONFIGS = ROOT / "configs" / "position"
+# Vaswani et al. 2017, Table 3: (dev PPL, BLEU) of "base" (sinusoids) and row (E) (learned).
+PAPER = {"sinusoidal": (4.92, 25.8), "learned": (4.92, 25.7)}
+PAPER_NOTE = (
+    "Paper: Vaswani et al. 2017, Table 3 (base = sinusoidal, row E = learned), single runs on "
+    "newstest2013 without checkpoint averaging. Its BLEU is tokenized, compound-split BLEU: "
+    "compare it with the tok. BLEU column, not with sacreBLEU."
+)
+RUN_MARKERS = (".hydra", "checkpoints", "train.log")
+METRIC_KEYS = ("position", "seed", "dev_ppl", "parameters", "steps", "wall_seconds")
+
+
+class CompareError(UserError):
+    """A problem with the runs given to compare, stated in one line."""
+
+
+@dataclass
+class Run:
+    """One finished training run and the evaluation chosen for it."""
+
+    path: Path
+    variant: str
+    seed: int
+    metrics: dict
+    scores: dict
+
+
+def find_run_dirs(paths: list[Path]) -> list[Path]:
+    """Run directories (with metrics.json) among paths and below them; unfinished runs fail."""
+    found = []
+    for path in paths:
+        if not path.is_dir():
+            raise CompareError(f"{path} is not a directory: pass a multirun folder or run folders")
+        for folder, subdirs, files in os.walk(path):
+            here = Path(folder)
+            if "metrics.json" in files:
+                found.append(here)
+                subdirs.clear()
+            elif any((here / marker).exists() for marker in RUN_MARKERS):
+                raise CompareError(
+                    f"{here} has no metrics.json: its training has not finished (see its "
+                    "train.log); wait for it or pass only finished run directories"
+                )
+            else:
+                subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+    if not found:
+        raise CompareError(
+            f"no run directories (folders with metrics.json) under {', '.join(map(str, paths))}"
+        )
+    return sorted(set(found))
+
+
+def variant_names() -> dict[str, str]:
+    """Position class name -> config name, read from configs/position/*.yaml."""
+    from omegaconf import OmegaConf
+
+    names = {}
+    for path in sorted(POSITION_CONFIGS.glob("*.yaml")):
+        target = OmegaConf.load(path).get("_target_")
+        if target:
+            names[str(target).rsplit(".", 1)[-1]] = path.stem
+    return names
+
+
+def eval_path(run_dir: Path, eval_name: str | None) -> Path:
+    """The eval JSON named eval_name, or the newest eval/validation*.json."""
+    if eval_name:
+        path = run_dir / "eval" / f"{eval_name}.json"
+        if not path.is_file():
+            raise CompareError(
+                f"{path} is missing: create it with `python evaluate.py run_dir={run_dir} "
+                f"name={eval_name}` (with the split or files it should score)"
+            )
+        return path
+    candidates = sorted(
+        (run_dir / "eval").glob("validation*.json"), key=lambda p: p.stat().st_mtime
+    )
+    if not candidates:
+        raise CompareError(
+            f"{run_dir} has no eval/validation*.json: create it with `python evaluate.py "
+            f"run_dir={run_dir}` (newstest2013, beam 4), or name another with --eval"
+        )
+    return candidates[-1]
+
+
+def read_run(run_dir: Path, eval_name: str | None, names: dict[str, str]) -> Run:
+    """A run's metrics.json and chosen eval JSON, checked for the fields the table needs."""
+    metrics = read_json(run_dir / "metrics.json")
+    missing = [key for key in METRIC_KEYS if key not in metrics]
+    if missing:
+        raise CompareError(
+            f"{run_dir}/metrics.json lacks {', '.join(missing)}: was it written by train.py?"
+        )
+    path = eval_path(run_dir, eval_name)
+    scores = read_json(path)
+    if "bleu" not in scores:
+        raise CompareError(
+            f"{path} has no BLEU (it was made without references): evaluate a split, or pass "
+            "ref_file=, and name that evaluation with --eval"
+        )
+    position = str(metrics["position"])
+    variant = names.get(position, position.removesuffix("PositionEncoding").lower())
+    return Run(run_dir, variant, int(metrics["seed"]), metrics, scores)
+
+
+def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
+    """Mean BLEU difference other - baseline with a 95% t-interval over seeds."""
+    base_bleu = {r.seed: r.scores["bleu"] for r in baseline}
+    other_bleu = {r.seed: r.scores["bleu"] for r in other}
+    unique = len(base_bleu) == len(baseline) and len(other_bleu) == len(other)
+    if unique and set(base_bleu) == set(other_bleu):
+        seeds = sorted(base_bleu)
+        diffs = [other_bleu[s] - base_bleu[s] for s in seeds]
+        return {"method": "paired t over seeds", "seeds": seeds, **paired_t_interval(diffs)}
+    seeds = sorted({r.seed for r in baseline} | {r.seed for r in other})
+    a, b = [r.scores["bleu"] for r in baseline], [r.scores["bleu"] for r in other]
+    return {"method": "Welch t (unpaired seeds)", "seeds": seeds, **welch_interval(a, b)}
+
+
+def hypotheses(run: Run) -> list[str]:
+    """The hypotheses file of a run's evaluation, one line per sentence."""
+    stored = Path(run.scores.get("hypotheses", ""))
+    for path in (stored, run.path / "eval" / f"{run.scores['name']}.hyp"):
+        if path.is_file():
+            return path.read_text(encoding="utf-8").splitlines()
+    raise CompareError(
+        f"{run.path}: the hypotheses of {run.scores['name']} are missing ({stored}); "
+        f"rerun `python evaluate.py run_dir={run.path}` or pass --resamples 0"
+    )
+
+
+def references(run: Run, refs_file: Path | None) -> list[str]:
+    """References for a run's evaluation: --refs, or its split from the run's stored config."""
+    if refs_file is not None:
+        if not refs_file.is_file():
+            raise CompareError(f"--refs {refs_file} is not a file: give the references, one a line")
+        return refs_file.read_text(encoding="utf-8").splitlines()
+    config_path = run.path / ".hydra" / "config.yaml"
+    split = str(run.scores["name"]).split("-", 1)[0]
+    if not config_path.is_file():
+        raise CompareError(
+            f"{run.path} has no .hydra/config.yaml to find the references of "
+            f"{run.scores['name']}: pass --refs FILE (one reference a line) or --resamples 0"
+        )
+    from omegaconf import OmegaConf
+
+    from data.corpus import load_split
+
+    data_cfg = OmegaConf.to_container(OmegaConf.load(config_path).data, resolve=True)
+    try:
+        return list(load_split(data_cfg, split)["tgt"])
+    except UserError as e:
+        raise CompareError(
+            f"cannot load the references of {run.scores['name']} (split {split!r}) for "
+            f"{run.path}: {e}; pass --refs FILE or --resamples 0"
+        ) from e
+
+
+def seed_pair(baseline: list[Run], other: list[Run]) -> tuple[Run, Run]:
+    """The runs of the lowest seed both variants share, else each variant's lowest seed."""
+    shared = sorted({r.seed for r in baseline} & {r.seed for r in other})
+    if shared:
+        return (
+            next(r for r in baseline if r.seed == shared[0]),
+            next(r for r in other if r.seed == shared[0]),
+        )
+    return min(baseline, key=lambda r: r.seed), min(other, key=lambda r: r.seed)
+
+
+def summarize(variant: str, runs: list[Run]) -> dict:
+    """Table 3's columns for one variant: means and spreads over its seeds."""
+    bleu = [r.scores["bleu"] for r in runs]
+    ppl = [r.metrics["dev_ppl"] for r in runs if r.metrics["dev_ppl"] is not None]
+    tok = [r.scores["tok_bleu"] for r in runs if r.scores.get("tok_bleu") is not None]
+    chrf = [r.scores["chrf"] for r in runs if r.scores.get("chrf") is not None]
+    buckets: dict[str, list[float]] = {}
+    for run in runs:
+        for row in run.scores.get("by_length", []):
+            buckets.setdefault(row["bucket"], []).append(row["bleu"])
+    paper_ppl, paper_bleu = PAPER.get(variant, (None, None))
+    return {
+        "variant": variant,
+        "n": len(runs),
+        "seeds": sorted(r.seed for r in runs),
+        "dev_ppl_mean": mean(ppl),
+        "dev_ppl_std": stdev(ppl),
+        "bleu_mean": mean(bleu),
+        "bleu_std": stdev(bleu),
+        "tok_bleu_mean": mean(tok),
+        "chrf_mean": mean(chrf),
+        "parameters": round(mean([r.metrics["parameters"] for r in runs])),
+        "steps": round(mean([r.metrics["steps"] for r in runs])),
+        "hours": mean([r.metrics["wall_seconds"] / 3600 for r in runs]),
+        "paper_ppl": paper_ppl,
+        "paper_bleu": paper_bleu,
+        "by_length": [
+            {"bucket": b, "bleu_mean": mean(v), "bleu_std": stdev(v), "n_runs": len(v)}
+            for b, v in sorted(buckets.items(), key=lambda item: int(item[0].split("-")[0]))
+        ],
+    }
+
+
+def number(value: float | None, digits: int = 2, spread: float | None = None) -> str:
+    """value (± spread) with fixed digits, or an em dash for none."""
+    if value is None:
+        return "—"
+    return f"{value:.{digits}f}" + (f" ± {spread:.{digits}f}" if spread is not None else "")
+
+
+def signed(value: float | None) -> str:
+    """A difference with its sign, or an em dash."""
+    return "—" if value is None else f"{value:+.2f}"
+
+
+def markdown(result: dict) -> str:
+    """compare.md: the Table 3 style table, its notes, and the differences to the baseline."""
+    lines = [
+        f"# Position encodings compared ({result['eval']})",
+        "",
+        "| variant | seeds (n) | dev PPL | BLEU (sacreBLEU) | tok. BLEU | params | steps | hours "
+        "| paper PPL | paper BLEU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["variants"]:
+        seeds = ", ".join(map(str, row["seeds"]))
+        lines.append(
+            f"| {row['variant']} | {seeds} ({row['n']}) "
+            f"| {number(row['dev_ppl_mean'], 2, row['dev_ppl_std'])} "
+            f"| {number(row['bleu_mean'], 2, row['bleu_std'])} "
+            f"| {number(row['tok_bleu_mean'])} | {row['parameters'] / 1e6:.1f}M "
+            f"| {row['steps']} | {row['hours']:.2f} "
+            f"| {number(row['paper_ppl'])} | {number(row['paper_bleu'], 1)} |"
+        )
+    lines += [
+        "",
+        f"Ours: eval/{result['eval']}.json of each run ({result['signature']}); dev PPL from "
+        "metrics.json (per subword, teacher-forced, last step); ± is the standard deviation "
+        "over seeds.",
+        PAPER_NOTE,
+    ]
+    if not result["differences"] and len(result["variants"]) > 1:
+        lines += ["", f"No {result['baseline']} runs: no differences to a baseline (--baseline)."]
+    if result["differences"]:
+        lines += [
+            "",
+            f"## BLEU differences to {result['baseline']}",
+            "",
+            "| comparison | method | Δ BLEU | 95% interval | p | seeds |",
+            "|---|---|---|---|---|---|",
+        ]
+    for diff in result["differences"]:
+        name = f"{diff['variant']} − {diff['baseline']}"
+        seeds = diff["across_seeds"]
+        df = f", df {seeds['df']}" if seeds["df"] is not None else ""
+        lines.append(
+            f"| {name} | {seeds['method']}{df} | {signed(seeds['difference'])} "
+            f"| [{signed(seeds['low'])}, {signed(seeds['high'])}] | — "
+            f"| {', '.join(map(str, seeds['seeds']))} |"
+        )
+        boot = diff["bootstrap"]
+        if boot is not None:
+            lines.append(
+                f"| {name} | paired bootstrap, {boot['resamples']} resamples "
+                f"| {signed(boot['difference'])} | [{signed(boot['low'])}, {signed(boot['high'])}] "
+                f"| {boot['p_value']:.3f} | {boot['seeds'][0]} vs {boot['seeds'][1]} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def dev_ppl_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """(step, dev PPL) from a run's tensorboard events; a resumed step keeps its last value."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    events = run_dir / "tensorboard"
+    if not events.is_dir():
+        return []
+    accumulator = EventAccumulator(str(events), size_guidance={SCALARS: 0})
+    accumulator.Reload()
+    if "dev/ppl" not in accumulator.Tags()["scalars"]:
+        return []
+    by_step = {
+        e.step: e.value for e in sorted(accumulator.Scalars("dev/ppl"), key=lambda e: e.wall_time)
+    }
+    return sorted(by_step.items())
+
+
+def compare(
+    paths: list[Path],
+    eval_name: str | None = None,
+    out_dir: Path | None = None,
+    refs_file: Path | None = None,
+    resamples: int = 1000,
+    baseline: str = "sinusoidal",
+) -> dict:
+    """Compare the runs under paths; write the table, compare.json and plots into out_dir.
+
+    out_dir None: <common parent of the runs>/compare. Returns every number (compare.json).
+    """
+    names = variant_names()
+    runs = [read_run(d, eval_name, names) for d in find_run_dirs(paths)]
+    used = sorted({str(r.scores["name"]) for r in runs})
+    if len(used) > 1:
+        raise CompareError(
+            f"the runs were scored by different evaluations ({', '.join(used)}): "
+            "name one for all with --eval NAME"
+        )
+    groups: dict[str, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
+        groups.setdefault(run.variant, []).append(run)
+    order = sorted(groups, key=lambda v: (v != baseline, v))
+    for variant in order:
+        sizes = sorted({r.metrics["parameters"] for r in groups[variant]})
+        if len(sizes) > 1:
+            log.warning(
+                f"warning: the {variant} runs differ in parameter count ({sizes}): "
+                "they may not share one setup"
+            )
+    curves = {r.path: dev_ppl_curve(r.path) for r in runs}
+    result = {
+        "eval": used[0],
+        "signature": runs[0].scores.get("signature", ""),
+        "baseline": baseline,
+        "paper_note": PAPER_NOTE,
+        "runs": [
+            {
+                "run_dir": str(r.path),
+                "variant": r.variant,
+                "seed": r.seed,
+                **{k: r.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
+                **{k: r.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
+                "dev_ppl_curve": [[step, value] for step, value in curves[r.path]],
+            }
+            for r in runs
+        ],
+        "variants": [summarize(v, groups[v]) for v in order],
+        "differences": [],
+    }
+    if baseline in groups:
+        for variant in order[1:]:
+            bootstrap = None
+            if resamples > 0:
+                base_run, other_run = seed_pair(groups[baseline], groups[variant])
+                refs = references(base_run, refs_file)
+                bootstrap = paired_bootstrap(
+                    hypotheses(base_run), hypotheses(other_run), refs, resamples
+                )
+                bootstrap["seeds"] = [base_run.seed, other_run.seed]
+            result["differences"].append(
+                {
+                    "variant": variant,
+                    "baseline": baseline,
+                    "across_seeds": seed_difference(groups[baseline], groups[variant]),
+                    "bootstrap": bootstrap,
+                }
+            )
+    if out_dir is None:
+        out_dir = Path(os.path.commonpath([str(r.path.resolve().parent) for r in runs])) / "compare"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result["out_dir"] = str(out_dir)
+    write_text(out_dir / "compare.md", markdown(result))
+    write_json(out_dir / "compare.json", result)
+    plot_bleu_by_variant(result, out_dir / "bleu_by_variant.png")
+    plot_bleu_by_length(result, out_dir / "bleu_by_length.png")
+    plot_dev_ppl_curves(result, out_dir / "dev_ppl_curves.png")
+    return result

@@ -1,0 +1,15 @@
+"""The project's Hydra configs composed in-process, as `python train.py <overrides>` sees them."""
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+
+
+def compose_config(overrides: list[str] = (), config_name: str = "train") -> DictConfig:
+    """The config `python <config_name>.py <overrides>` would see (without Hydra's runtime keys)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose(config_name, overrides=list(overrides))

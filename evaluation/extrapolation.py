@@ -1,0 +1,409 @@
+"""The length-extrapolation study (§3.5): train each position variant on short sentences only,
+translate the evaluation splits, and score sacreBLEU per source-length bucket.
+
+The paper hypothesized that sinusoids "may allow the model to extrapolate to sequence lengths
+longer than the ones encountered during training" and never tested it for translation. For every
+variant (configs/position/*.yaml) and seed, ``study`` trains a model (experiment=
+extrapolation_<corpus>) on the training pairs whose source has at most L words
+(data.train_max_src_words=L), translates the evaluation splits with the last checkpoint (beam 4;
+lines a learned table cannot hold are skipped and counted, never a crash) and scores sacreBLEU
+per source-length bucket (aligned so that one bucket ends at L). Runs live in
+<out>/<variant>-s<seed>/; a finished run and its evaluations are reused, so an interrupted study
+resumes where it stopped. Which lines an evaluation skipped is read from its JSON
+(``skipped_indices``), never by rebuilding the model.
+"""
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sacrebleu
+from omegaconf import DictConfig, OmegaConf
+
+from data.errors import UserError
+from data.files import read_json, write_json, write_text
+from evaluation.configs import CONFIG_DIR, compose_config
+from evaluation.plots import plot_extrapolation
+from evaluation.statistics import mean, stdev
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus of the study: its experiment config and the splits scored by length."""
+
+    experiment: str
+    splits: tuple[str, ...]
+
+
+# toy: test holds 3-24 words, test_long 25-40; Multi30k: test_2016_flickr and val (up to ~40).
+CORPORA = {
+    "toy": Corpus("extrapolation_toy", ("test", "test_long")),
+    "multi30k": Corpus("extrapolation_multi30k", ("test", "validation")),
+}
+
+
+class StudyError(UserError):
+    """A problem with the study's arguments or run folders, stated in one line."""
+
+
+def position_variants() -> list[str]:
+    """The position variants of configs/position/*.yaml, by name."""
+    return sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
+
+
+def bucket_of(words: int, max_words: int, width: int) -> tuple[int, int]:
+    """The (low, high) words of a source length's bucket; one bucket ends at max_words."""
+    k = math.ceil((max(words, 1) - max_words) / width)
+    return max(1, max_words + (k - 1) * width + 1), max_words + k * width
+
+
+def bleu_of(indices: list[int], hyps: list[str | None], refs: list[str]) -> dict:
+    """Line count, scored count and sacreBLEU of some lines (a None hypothesis was skipped)."""
+    scored = [i for i in indices if hyps[i] is not None]
+    bleu = None
+    if scored:
+        bleu = sacrebleu.corpus_bleu([hyps[i] for i in scored], [[refs[i] for i in scored]])
+    return {
+        "n": len(indices),
+        "scored": len(scored),
+        "bleu": None if bleu is None else round(bleu.score, 2),
+    }
+
+
+def bleu_by_bucket(
+    srcs: list[str], hyps: list[str | None], refs: list[str], max_words: int, width: int
+) -> list[dict]:
+    """sacreBLEU per source-length bucket (words), shortest first; `beyond`: past max_words."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, src in enumerate(srcs):
+        groups.setdefault(bucket_of(len(src.split()), max_words, width), []).append(i)
+    return [
+        {"bucket": f"{low}-{high}", "low": low, "high": high, "beyond": low > max_words}
+        | bleu_of(indices, hyps, refs)
+        for (low, high), indices in sorted(groups.items())
+    ]
+
+
+def bleu_by_range(
+    srcs: list[str], hyps: list[str | None], refs: list[str], max_words: int
+) -> dict[str, dict]:
+    """sacreBLEU on sources of 1..L words (seen lengths), L+1..2L words and over 2L words."""
+    ranges = {f"1-{max_words}": [], f"{max_words + 1}-{2 * max_words}": [], f">{2 * max_words}": []}
+    labels = list(ranges)
+    for i, src in enumerate(srcs):
+        words = len(src.split())
+        ranges[labels[0 if words <= max_words else 1 if words <= 2 * max_words else 2]].append(i)
+    return {label: bleu_of(indices, hyps, refs) for label, indices in ranges.items()}
+
+
+def stored_config(run_dir: Path) -> DictConfig:
+    """The resolved training config the study stored in a run folder (.hydra/config.yaml)."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise StudyError(
+            f"{path} is missing: {run_dir} was not made by this study; pass another --out"
+        )
+    return OmegaConf.load(path)
+
+
+def train_run(run_dir: Path, overrides: list[str], max_words: int, echo=print) -> dict:
+    """Train one run into run_dir (resuming its checkpoints), or reuse its metrics.json."""
+    from train import train
+
+    if (run_dir / ".hydra" / "config.yaml").is_file():
+        trained_on = stored_config(run_dir).data.get("train_max_src_words")
+        if trained_on != max_words:
+            raise StudyError(
+                f"{run_dir} was trained on sources of <= {trained_on} words, not {max_words}: "
+                "pass another --out for another --max-words"
+            )
+    metrics_path = run_dir / "metrics.json"
+    if metrics_path.is_file():
+        echo(f"  reusing the finished run in {run_dir}")
+        return read_json(metrics_path)
+    cfg = compose_config(overrides)
+    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml", resolve=True)
+    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        return train(cfg)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
+def evaluate_run(run_dir: Path, split: str, beam: int, echo=print) -> dict | None:
+    """Translate and score one split with the last checkpoint (reused when newer than it).
+
+    The search runs in the precision the run was trained in (trainer.precision).
+
+    Lines the position encoding cannot hold are skipped and counted; None when no line fits.
+    """
+    from evaluate import evaluate
+    from model.position import PositionRangeError
+
+    name = f"{split}-last-beam{beam}"
+    path = run_dir / "eval" / f"{name}.json"
+    last = run_dir / "checkpoints" / "last.pt"
+    if path.is_file() and path.stat().st_mtime >= last.stat().st_mtime:
+        scores = read_json(path)
+        if not scores.get("skipped") or "skipped_indices" in scores:  # else: an older format
+            return scores
+    precision = stored_config(run_dir).trainer.precision  # search as the run was trained
+    overrides = [f"run_dir={run_dir}", f"split={split}", f"beam={beam}", f"name={name}"]
+    overrides.append(f"precision={precision}")
+    cfg = compose_config([*overrides, "checkpoint=last", "long_inputs=skip"], "evaluate")
+    try:
+        return evaluate(cfg)
+    except PositionRangeError as e:
+        echo(f"  {split}: every line skipped ({e})")
+        return None
+
+
+class SplitCache:
+    """Source and reference texts of corpus splits, loaded once per data config and split."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[str, tuple[list[str], list[str]]] = {}
+
+    def get(self, data_cfg: DictConfig, split: str) -> tuple[list[str], list[str]]:
+        """(sources, references) of one split of the corpus a data config describes."""
+        from data.corpus import load_split
+
+        key = json.dumps([OmegaConf.to_container(data_cfg, resolve=True), split], sort_keys=True)
+        if key not in self.loaded:
+            dataset = load_split(data_cfg, split)
+            self.loaded[key] = (list(dataset["src"]), list(dataset["tgt"]))
+        return self.loaded[key]
+
+
+def kept_lines(srcs: list[str], scores: dict) -> list[int]:
+    """Indices of the lines an evaluation translated: all but its skipped_indices."""
+    skipped = set(scores.get("skipped_indices", []))
+    return [i for i in range(len(srcs)) if i not in skipped]
+
+
+def run_lines(
+    run_dir: Path, evaluations: dict[str, dict | None], splits: SplitCache
+) -> tuple[list[str], list[str | None], list[str]]:
+    """Sources, hypotheses (None where skipped) and references of a run's splits, pooled."""
+    data_cfg = stored_config(run_dir).data
+    all_srcs, all_hyps, all_refs = [], [], []
+    for split, scores in evaluations.items():
+        srcs, refs = splits.get(data_cfg, split)
+        hyps: list[str | None] = [None] * len(srcs)
+        if scores is not None:
+            kept = kept_lines(srcs, scores)
+            hyp_path = run_dir / "eval" / f"{scores['name']}.hyp"
+            lines = hyp_path.read_text(encoding="utf-8").splitlines()
+            if len(lines) != len(kept):
+                raise StudyError(
+                    f"{hyp_path} has {len(lines)} lines for {len(kept)} translated "
+                    f"sources of split {split}: delete {run_dir / 'eval'} and rerun the study"
+                )
+            for i, line in zip(kept, lines, strict=True):
+                hyps[i] = line
+        all_srcs += srcs
+        all_hyps += hyps
+        all_refs += refs
+    return all_srcs, all_hyps, all_refs
+
+
+def mean_and_std(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean (None for no values) and sample standard deviation (None for fewer than two), 2 dp."""
+    return tuple(None if v is None else round(v, 2) for v in (mean(values), stdev(values)))
+
+
+def summarize_variant(variant: str, runs: list[dict]) -> dict:
+    """BLEU per bucket and per length range of one variant, mean and std over its seeds."""
+    buckets = []
+    for bucket in runs[0]["by_bucket"]:
+        cells = [next(b for b in r["by_bucket"] if b["bucket"] == bucket["bucket"]) for r in runs]
+        bleus = [c["bleu"] for c in cells if c["bleu"] is not None]
+        bleu_mean, std = mean_and_std(bleus)
+        buckets.append(
+            {k: bucket[k] for k in ("bucket", "low", "high", "beyond", "n")}
+            | {"scored": min(c["scored"] for c in cells), "bleu_mean": bleu_mean, "bleu_std": std}
+            | {
+                "bleu_by_seed": {
+                    str(r["seed"]): c["bleu"] for r, c in zip(runs, cells, strict=True)
+                }
+            }
+        )
+    ranges = {}
+    for label, first in runs[0]["by_range"].items():
+        bleus = [r["by_range"][label]["bleu"] for r in runs]
+        bleu_mean, std = mean_and_std([b for b in bleus if b is not None])
+        scored = min(r["by_range"][label]["scored"] for r in runs)
+        ranges[label] = {"n": first["n"], "scored": scored, "bleu_mean": bleu_mean, "bleu_std": std}
+    return {
+        "variant": variant,
+        "seeds": [r["seed"] for r in runs],
+        "by_bucket": buckets,
+        "by_range": ranges,
+        "train_pairs": runs[0]["train_pairs"],
+        "steps_mean": round(mean([r["steps"] for r in runs]), 1),
+    }
+
+
+def cell(bleu: float | None, std: float | None, scored: int, n: int) -> str:
+    """A table cell: BLEU (± std over seeds), and (scored/n) when lines were skipped."""
+    if bleu is None:
+        return f"– (0/{n})"
+    text = f"{bleu:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+    return text + (f" ({scored}/{n})" if scored < n else "")
+
+
+def markdown(result: dict) -> str:
+    """The study's tables: BLEU per variant and source-length bucket, then per length range."""
+    max_words = result["max_words"]
+    buckets = result["variants"][0]["by_bucket"]
+
+    def mark(bucket: dict) -> str:
+        return "**" if bucket["low"] > 2 * max_words else "*" if bucket["beyond"] else ""
+
+    lines = [
+        f"# Length extrapolation: {result['corpus']}, trained on sources of <= {max_words} words",
+        "",
+        f"Each variant trained on the training pairs whose source has at most L = {max_words} "
+        f"words ({result['variants'][0]['train_pairs']} pairs), seeds "
+        f"{', '.join(map(str, result['seeds']))}; scored on {', '.join(result['splits'])} "
+        f"(beam {result['beam']}, last checkpoint): sacreBLEU per source-length bucket (words), "
+        "mean ± std over seeds. * = beyond L (lengths never seen in training), ** = beyond 2L; "
+        "(k/n) = only k of the bucket's n lines fit the position encoding, the rest were skipped.",
+        "",
+        "| variant | " + " | ".join(f"{b['bucket']}{mark(b)}" for b in buckets) + " |",
+        "|---|" + "---:|" * len(buckets),
+    ]
+    for row in result["variants"]:
+        cells = [cell(b["bleu_mean"], b["bleu_std"], b["scored"], b["n"]) for b in row["by_bucket"]]
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
+    lines.append("| sentences | " + " | ".join(str(b["n"]) for b in buckets) + " |")
+    ranges = list(result["variants"][0]["by_range"])
+    lines += [
+        "",
+        "| variant | " + " | ".join(f"{r} words" for r in ranges) + " | steps |",
+        "|---|" + "---:|" * (len(ranges) + 1),
+    ]
+    for row in result["variants"]:
+        cells = [
+            cell(r["bleu_mean"], r["bleu_std"], r["scored"], r["n"])
+            for r in row["by_range"].values()
+        ]
+        lines.append(f"| {row['variant']} | " + " | ".join(cells) + f" | {row['steps_mean']:g} |")
+    n_range = result["variants"][0]["by_range"]
+    lines.append("| sentences | " + " | ".join(str(n_range[r]["n"]) for r in ranges) + " | |")
+    return "\n".join(lines) + "\n"
+
+
+def study(
+    corpus: str,
+    out: Path,
+    max_words: int | None = None,
+    seeds: Sequence[int] = (1,),
+    variants: Sequence[str] | None = None,
+    minutes: float | None = None,
+    bucket_width: int | None = None,
+    beam: int = 4,
+    overrides: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+) -> dict:
+    """Train, evaluate and score every variant x seed; write the table, JSON and plot.
+
+    Progress (one line per run and per evaluated split) goes to echo.
+    """
+    if corpus not in CORPORA:
+        raise StudyError(f"--corpus {corpus}: pass one of {', '.join(CORPORA)}")
+    known = position_variants()
+    variants = list(variants or known)
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        hint = " (Hydra overrides go before the options, or after --)" if "=" in unknown[0] else ""
+        raise StudyError(
+            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
+            + hint
+        )
+    experiment = CORPORA[corpus].experiment
+    if max_words is None:
+        max_words = compose_config([f"experiment={experiment}"]).data.train_max_src_words
+    if int(max_words) < 1:
+        raise StudyError(f"--max-words {max_words}: pass a positive number of words")
+    max_words = int(max_words)
+    width = int(bucket_width or math.ceil(max_words / 2))
+    if width < 1:
+        raise StudyError(f"--bucket-width {bucket_width}: pass a positive number of words")
+    if beam < 1:
+        raise StudyError(f"--beam {beam}: pass 1 (greedy) or more")
+    out.mkdir(parents=True, exist_ok=True)
+    splits, runs = SplitCache(), []
+    jobs = [(variant, seed) for variant in variants for seed in seeds]
+    for number, (variant, seed) in enumerate(jobs, start=1):
+        run_dir = (out / f"{variant}-s{seed}").resolve()
+        echo(f"[{number}/{len(jobs)}] {variant} seed {seed}: {run_dir}")
+        run_overrides = [
+            f"experiment={experiment}",
+            f"position={variant}",
+            f"seed={seed}",
+            f"run_dir={run_dir}",
+            f"data.train_max_src_words={max_words}",
+            *([f"trainer.max_minutes={minutes}"] if minutes is not None else []),
+            *overrides,
+        ]
+        start = time.monotonic()
+        metrics = train_run(run_dir, run_overrides, max_words, echo)
+        echo(
+            f"  trained: {metrics['steps']} steps, dev ppl {metrics['dev_ppl']:.2f} "
+            f"({metrics['wall_seconds'] / 60:.1f} min)"
+        )
+        evaluations = {}
+        for split in CORPORA[corpus].splits:
+            scores = evaluate_run(run_dir, split, beam, echo)
+            evaluations[split] = scores
+            if scores is not None:
+                skipped = sum(scores["skipped"].values())
+                echo(
+                    f"  {split}: sacreBLEU {scores['bleu']:.2f} on {scores['n_sentences']} "
+                    f"lines, {skipped} skipped"
+                )
+        srcs, hyps, refs = run_lines(run_dir, evaluations, splits)
+        cleaning = read_json(run_dir / "data.json")["train_cleaning"]
+        runs.append(
+            {
+                "variant": variant,
+                "seed": seed,
+                "run_dir": str(run_dir),
+                "steps": metrics["steps"],
+                "wall_seconds": metrics["wall_seconds"],
+                "dev_ppl": metrics["dev_ppl"],
+                "train_pairs": cleaning["kept"],
+                "train_cleaning": cleaning,
+                "skipped": sum(h is None for h in hyps),
+                "by_bucket": bleu_by_bucket(srcs, hyps, refs, max_words, width),
+                "by_range": bleu_by_range(srcs, hyps, refs, max_words),
+            }
+        )
+        echo(f"  scored in {(time.monotonic() - start) / 60:.1f} min")
+    result = {
+        "corpus": corpus,
+        "experiment": experiment,
+        "max_words": max_words,
+        "bucket_width": width,
+        "splits": list(CORPORA[corpus].splits),
+        "beam": beam,
+        "seeds": list(seeds),
+        "overrides": list(overrides),
+        "runs": runs,
+        "variants": [
+            summarize_variant(v, [r for r in runs if r["variant"] == v]) for v in variants
+        ],
+    }
+    write_text(out / "extrapolation.md", markdown(result))
+    write_json(out / "extrapolation.json", result)
+    plot_extrapolation(result, out / "bleu_by_length.png")
+    return result

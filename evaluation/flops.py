@@ -1,0 +1,105 @@
+"""Compute figures: the Transformer's matmul FLOPs per training step, measured GEMM peaks, and
+the device's name and clock (synchronized on CUDA)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+
+def transformer_flops(dims: dict, vocab_size: int, batch: int, src_len: int, tgt_len: int) -> int:
+    """Matmul FLOPs of one training step (forward + backward = 3 x forward), 2 per multiply-add.
+
+    Per forward, with d = d_model, f = d_ff, S/T source/target tokens, B sentences:
+    encoder layer  8 d^2 S (q, k, v, out) + 4 B S^2 d (scores, weighted values) + 4 d f S;
+    decoder layer  8 d^2 T + 4 B T^2 d (self; causal masking not subtracted, as it is computed)
+                   + 4 d^2 T + 4 d^2 S + 4 B T S d (cross: q, out on T; k, v on S)
+                   + 4 d f T;
+    output projection 2 d V T. Embedding lookups, norms, softmax and the loss are not counted.
+    """
+    d, f = dims["d_model"], dims["d_ff"]
+    s, t = batch * src_len, batch * tgt_len
+    encoder = 8 * d * d * s + 4 * batch * src_len**2 * d + 4 * d * f * s
+    decoder = (
+        8 * d * d * t
+        + 4 * batch * tgt_len**2 * d
+        + 4 * d * d * t
+        + 4 * d * d * s
+        + 4 * batch * tgt_len * src_len * d
+        + 4 * d * f * t
+    )
+    forward = (
+        dims["n_encoder_layers"] * encoder
+        + dims["n_decoder_layers"] * decoder
+        + 2 * d * vocab_size * t
+    )
+    return 3 * forward
+
+
+def gemm_peak(dtype, device, size: int = 2048, repeats: int = 10) -> float:
+    """Measured matmul GFLOP/s of [size x size] @ [size x size] in dtype, best of repeats."""
+    import torch
+
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    calls = 1 if device.type == "cpu" else 50
+    rates = []
+    for run in range(repeats + 1):
+        start = synchronized_time(device)
+        for _ in range(calls):
+            a @ b
+        elapsed = synchronized_time(device) - start
+        if run:
+            rates.append(2 * size**3 * calls / elapsed / 1e9)
+    return max(rates)
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide bf16 speed (avx2, avx512f, avx512_bf16, amx_*) from cpuinfo."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    lines = [line for line in cpuinfo.splitlines() if line.startswith("flags")]
+    words = set(lines[0].split(":", 1)[1].split()) if lines else set()
+    wanted = ("avx2", "avx512f", "avx512_bf16")
+    return sorted(w for w in words if w in wanted or w.startswith("amx"))
+
+
+def native_bf16(device) -> bool:
+    """True on CUDA and on CPUs with AVX512-BF16 or AMX; elsewhere bf16 GEMMs are emulated."""
+    if device.type == "cuda":
+        return True
+    flags = cpu_flags()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_precisions(device) -> list[str]:
+    """bf16 on CUDA; fp32 on a CPU, plus bf16 where the CPU has it natively."""
+    if device.type == "cuda":
+        return ["bf16"]
+    return ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
+
+
+def hardware_name(device) -> str:
+    """The GPU's name, or the CPU's model name from /proc/cpuinfo (else the architecture)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line]
+    return names[0] if names else platform.machine()
+
+
+def synchronized_time(device) -> float:
+    """time.perf_counter() after the device has finished its queued work."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

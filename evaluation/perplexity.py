@@ -1,0 +1,31 @@
+"""Teacher-forced perplexity per target subword (Table 3's PPL column), in float32."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from data.batching import TokenBatchSampler, collate
+from data.tokenizer import BOS_ID, PAD_ID
+
+
+@torch.no_grad()
+def perplexity(
+    model, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, device
+) -> float:
+    """exp(mean NLL per target subword, EOS included), teacher-forced, no label smoothing."""
+    model.eval()
+    sampler = TokenBatchSampler(
+        [len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, shuffle=False
+    )
+    nll, count = 0.0, 0
+    for indices in sampler:
+        examples = [{"src_ids": src_ids[i], "tgt_ids": tgt_ids[i]} for i in indices]
+        batch = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        logits = model(batch["src"], batch["tgt_in"]).float()  # [B, T, V]
+        nll += F.cross_entropy(
+            logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=PAD_ID, reduction="sum"
+        ).item()
+        count += int((batch["tgt_out"] != PAD_ID).sum())
+    return math.exp(nll / max(count, 1))
