@@ -55,6 +55,33 @@ def gemm_peak(dtype, device, size: int = 2048, repeats: int = 10) -> float:
     return max(rates)
 
 
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide bf16 speed (avx2, avx512f, avx512_bf16, amx_*) from cpuinfo."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    lines = [line for line in cpuinfo.splitlines() if line.startswith("flags")]
+    words = set(lines[0].split(":", 1)[1].split()) if lines else set()
+    wanted = ("avx2", "avx512f", "avx512_bf16")
+    return sorted(w for w in words if w in wanted or w.startswith("amx"))
+
+
+def native_bf16(device) -> bool:
+    """True on CUDA and on CPUs with AVX512-BF16 or AMX; elsewhere bf16 GEMMs are emulated."""
+    if device.type == "cuda":
+        return True
+    flags = cpu_flags()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_precisions(device) -> list[str]:
+    """bf16 on CUDA; fp32 on a CPU, plus bf16 where the CPU has it natively."""
+    if device.type == "cuda":
+        return ["bf16"]
+    return ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
+
+
 def hardware_name(device) -> str:
     """The GPU's name, or the CPU's model name from /proc/cpuinfo (else the architecture)."""
     import torch

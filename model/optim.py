@@ -23,3 +23,16 @@ def noam_adam(
         optimizer, lambda s: noam_lr(s + 1, d_model, warmup, lr_scale)
     )
     return optimizer, schedule
+
+
+def clip_gradients(parameters, max_norm: float | None) -> torch.Tensor:
+    """The total gradient 2-norm; gradients scaled to max_norm if set (> 0) and exceeded.
+
+    With max_norm None (the paper clips nothing) only the norm is computed (the non-finite
+    check needs it): no pass that multiplies every gradient by 1.
+    """
+    parameters = [p for p in parameters if p.grad is not None]
+    total = torch.nn.utils.get_total_norm([p.grad for p in parameters])
+    if max_norm:  # None or 0: no clipping
+        torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return total

@@ -16,6 +16,7 @@ from data.batching import TokenBatchSampler
 from data.errors import UserError
 from data.tokenizer import PAD_ID
 from model.loss import forward_backward
+from model.optim import clip_gradients
 
 
 def rng_state(device: torch.device, world: int = 1) -> dict:
@@ -140,7 +141,7 @@ def train_step(
     """
     device = next(model.parameters()).device
     loss_sum, nll_sum, tokens = accumulate_gradients(model, micro, smoothing, device, bf16, world)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm or math.inf)
+    grad_norm = clip_gradients(model.parameters(), clip_norm)
     if not math.isfinite(loss_sum) or not torch.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         return None

@@ -26,6 +26,7 @@ from hydra.utils import instantiate
 from torch import nn
 
 from data.errors import UserError
+from model.dropout import Dropout
 from model.position import AttentionTerms, PositionEncoding
 
 LayerCache = dict[str, torch.Tensor]
@@ -126,8 +127,8 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[B, T, d_model] -> [B, T, d_model]."""
-        return self.w2(F.relu(self.w1(x)))
+        """[B, T, d_model] -> [B, T, d_model]; ReLU in place (w1's backward keeps no output)."""
+        return self.w2(F.relu(self.w1(x), inplace=True))
 
 
 class EncoderLayer(nn.Module):
@@ -139,7 +140,7 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(d_model, d_ff)
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self,
@@ -154,8 +155,8 @@ class EncoderLayer(nn.Module):
         k, v = self.self_attn.keys_values(x)
         q, k = position.rotate(q, k, positions, positions)
         terms = position.attention_terms(index, positions, positions)
-        x = self.norm1(x + self.dropout(self.self_attn.attend(q, k, v, mask, terms=terms)))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        x = self.norm1(self.dropout.residual(x, self.self_attn.attend(q, k, v, mask, terms=terms)))
+        return self.norm2(self.dropout.residual(x, self.ffn(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -169,7 +170,7 @@ class DecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model, eps=eps)
         self.norm2 = nn.LayerNorm(d_model, eps=eps)
         self.norm3 = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(
         self,
@@ -201,7 +202,7 @@ class DecoderLayer(nn.Module):
         key_positions = positions[-1] + 1 - k.size(2) + torch.arange(k.size(2), device=y.device)
         terms = position.attention_terms(index, positions, key_positions)
         y = self.norm1(
-            y + self.dropout(self.self_attn.attend(q, k, v, self_mask, is_causal, terms))
+            self.dropout.residual(y, self.self_attn.attend(q, k, v, self_mask, is_causal, terms))
         )
 
         if cache is not None and "cross_k" in cache:
@@ -210,10 +211,9 @@ class DecoderLayer(nn.Module):
             mk, mv = self.cross_attn.keys_values(memory)  # [B, H, S, d_head]
             if cache is not None:
                 cache["cross_k"], cache["cross_v"] = mk, mv
-        y = self.norm2(
-            y + self.dropout(self.cross_attn.attend(self.cross_attn.query(y), mk, mv, cross_mask))
-        )
-        return self.norm3(y + self.dropout(self.ffn(y)))
+        cross = self.cross_attn.attend(self.cross_attn.query(y), mk, mv, cross_mask)
+        y = self.norm2(self.dropout.residual(y, cross))
+        return self.norm3(self.dropout.residual(y, self.ffn(y)))
 
 
 class Transformer(nn.Module):
@@ -258,7 +258,7 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(
             DecoderLayer(*layer_args) for _ in range(n_decoder_layers)
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self._init_weights()
 
     def _init_weights(self) -> None:

@@ -123,6 +123,7 @@ def test_train_benchmark_reports_sane_figures():
         repeats=2,
         num_threads=1,
         echo=lambda message: None,
+        precisions=["fp32", "bf16"],
         **TINY_DIMS,
     )
     entry = fig["models"]["tiny"]
@@ -136,6 +137,11 @@ def test_train_benchmark_reports_sane_figures():
     assert entry["ratios"]["ours bf16 / hf fp32"] == pytest.approx(
         theirs["seconds"] / ours["seconds"]
     )
+    assert entry["ratios"]["ours fp32 / hf fp32"] == pytest.approx(
+        theirs["seconds"] / entry["systems"]["ours fp32"]["seconds"]
+    )
+    bound = theirs["seconds"] / (entry["flops_per_step"] / fig["gemm_peak_gflops"]["fp32"] / 1e9)
+    assert entry["ratio_bound"]["fp32"] == pytest.approx(bound)
     assert ours["parameters"] == theirs["parameters"]  # identical dims, same trainable weights
     assert fig["gemm_peak_gflops"]["fp32"] > 0 and fig["gemm_peak_gflops"]["bf16"] > 0
 
@@ -143,10 +149,18 @@ def test_train_benchmark_reports_sane_figures():
 def test_train_command_prints_a_table(capsys):
     main(
         ["train", "--model", "tiny", "--batch-size", "2", "--length", "3"]
-        + ["--vocab-size", "40", "--repeats", "1", "--threads", "1"]
+        + ["--vocab-size", "40", "--repeats", "1", "--threads", "1", "--precision", "fp32", "bf16"]
     )
     out = capsys.readouterr().out
     assert "ours bf16" in out and "MFU" in out and "GFLOP per step" in out
+
+
+def test_train_default_precisions_follow_the_cpu():
+    from evaluation.flops import default_precisions, native_bf16
+
+    cpu = torch.device("cpu")
+    assert default_precisions(cpu) == (["fp32", "bf16"] if native_bf16(cpu) else ["fp32"])
+    assert default_precisions(torch.device("cuda")) == ["bf16"]
 
 
 def test_a_failing_compiled_step_is_reported_and_left_out(monkeypatch):
@@ -164,7 +178,17 @@ def test_a_failing_compiled_step_is_reported_and_left_out(monkeypatch):
     monkeypatch.setattr(torch, "compile", broken_compile)
     lines = []
     fig = benchmark_train(
-        ["tiny"], None, 2, 3, 40, 1, "cpu", 1, echo=lines.append, compile_modes=[False, True]
+        ["tiny"],
+        None,
+        2,
+        3,
+        40,
+        1,
+        "cpu",
+        1,
+        echo=lines.append,
+        compile_modes=[False, True],
+        precisions=["fp32", "bf16"],
     )
     entry = fig["models"]["tiny"]
     assert set(entry["systems"]) == {"ours fp32", "ours bf16"}

@@ -23,3 +23,15 @@ def test_noam_adam_follows_the_schedule_step_by_step():
         weight.grad = torch.ones(3)
         optimizer.step()
         schedule.step()
+
+
+def test_clip_gradients_returns_the_norm_and_clips_only_when_asked():
+    from model.optim import clip_gradients
+
+    a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([4.0])
+    norm = clip_gradients([a, b], None)
+    assert norm.item() == 5.0 and a.grad.tolist() == [3.0, 0.0] and b.grad.tolist() == [4.0]
+    assert clip_gradients([a, b], 0).item() == 5.0 and b.grad.item() == 4.0  # 0: no clipping
+    assert clip_gradients([a, b], 1.0).item() == 5.0
+    assert torch.allclose(torch.cat((a.grad, b.grad)), torch.tensor([0.6, 0.0, 0.8]), atol=1e-6)
