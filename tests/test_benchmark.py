@@ -124,6 +124,7 @@ def test_train_benchmark_reports_sane_figures():
         num_threads=1,
         echo=lambda message: None,
         precisions=["fp32", "bf16"],
+        gemm_size=256,
         **TINY_DIMS,
     )
     entry = fig["models"]["tiny"]
@@ -189,6 +190,7 @@ def test_a_failing_compiled_step_is_reported_and_left_out(monkeypatch):
         echo=lines.append,
         compile_modes=[False, True],
         precisions=["fp32", "bf16"],
+        gemm_size=256,
     )
     entry = fig["models"]["tiny"]
     assert set(entry["systems"]) == {"ours fp32", "ours bf16"}
