@@ -10,8 +10,11 @@ own channel layout (no permutation needed: CTranslate2 adds whatever table it is
 
 Position variants: ``sinusoidal`` (the §3.5 table, ``max_positions`` rows), ``learned`` (each
 stack's table), ``none`` (a zero table) and ``rope`` (CTranslate2's rotary self-attention,
-interleaved pairs as ours, same base; cross-attention unrotated as ours). ``alibi`` is refused:
-CTranslate2's ALiBi exists for decoder-only models, not for an encoder.
+interleaved pairs as ours, same base; cross-attention unrotated as ours); ``sinusoidal_shape``
+and ``learned_shape`` as their unshifted tables (SHAPE shifts in training only). ``alibi`` is
+refused: CTranslate2's ALiBi exists for decoder-only models, not for an encoder; so are
+``relative`` and ``t5``, whose per-layer or per-stack attention terms this spec does not map
+(CTranslate2's own relative-position and T5-bias specs would be the way to add them).
 """
 
 import torch
@@ -30,9 +33,10 @@ from model.transformer import Transformer
 
 def _position_table(position: PositionEncoding, d_model: int, max_positions: int):
     """The [rows, d_model] table added to the scaled embeddings, or None (rotary)."""
-    if type(position) is SinusoidalPositionEncoding:
+    # SHAPE's subclasses shift positions in training only: at inference they are these tables
+    if isinstance(position, SinusoidalPositionEncoding):
         return sinusoidal_encoding_table(max_positions, d_model, position.base)
-    if type(position) is LearnedPositionEncoding:
+    if isinstance(position, LearnedPositionEncoding):
         return position.table.detach().float().cpu()
     if type(position) is NoPositionEncoding:
         return torch.zeros(max_positions, d_model)
