@@ -24,7 +24,7 @@ from tests.conftest import POSITION_CONFIGS, shared_data, tiny_model
 LOGITS_ATOL = 2e-5
 SAMPLE = 24
 MAX_LEN_B = 10
-TRAIN_STEPS = 60
+TRAIN_STEPS = 150
 SINUSOIDAL = next(p for p in POSITION_CONFIGS if p.stem == "sinusoidal")
 
 
