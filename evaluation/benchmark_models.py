@@ -11,7 +11,7 @@ def build_models(model_name: str, vocab_size: int, with_hf: bool, **dims):
     import torch
     from omegaconf import OmegaConf
 
-    from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+    from data.tokenizer import PAD_ID
     from model.transformer import build_model
 
     model_cfg = OmegaConf.merge(
@@ -23,28 +23,11 @@ def build_models(model_name: str, vocab_size: int, with_hf: bool, **dims):
     ours = build_model(model_cfg, position, vocab_size, PAD_ID).eval()
     if not with_hf:
         return ours, None, model_cfg
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    config = MarianConfig(
-        vocab_size=vocab_size,
-        d_model=model_cfg.d_model,
-        encoder_layers=model_cfg.n_encoder_layers,
-        decoder_layers=model_cfg.n_decoder_layers,
-        encoder_attention_heads=model_cfg.n_heads,
-        decoder_attention_heads=model_cfg.n_heads,
-        encoder_ffn_dim=model_cfg.d_ff,
-        decoder_ffn_dim=model_cfg.d_ff,
-        max_position_embeddings=model_cfg.max_positions,
-        activation_function="relu",
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        pad_token_id=PAD_ID,
-        bos_token_id=BOS_ID,
-        eos_token_id=EOS_ID,
-        decoder_start_token_id=BOS_ID,
-        forced_eos_token_id=EOS_ID,
-    )
+    from model.marian import marian_config
+
+    config = marian_config(ours, model_cfg.max_positions)  # equal dims, ids, post-LN, ReLU
     torch.manual_seed(0)
     theirs = MarianMTModel._from_config(config, attn_implementation="sdpa").eval()
     return ours, theirs, model_cfg
