@@ -128,10 +128,13 @@ def generation_config(max_positions: int):
 
 
 def translate_with_transformers(folder: str | Path, sentences: list[str], batch_size: int = 32):
-    """Translations by the folder alone: the ``translation`` pipeline where transformers has one.
+    """Greedy translations by the folder alone: the ``translation`` pipeline where it exists.
 
-    transformers 5 removed that pipeline; there the same steps are run by hand (tokenize with
-    padding, ``generate`` with the folder's generation config, decode without special tokens).
+    transformers 4.x's pipeline searches with its own class default, beam 4, wherever the
+    folder's generation config holds transformers' global default (num_beams 1 is one), so
+    greedy search is asked for explicitly. transformers 5 removed that pipeline; there the same
+    steps are run by hand (tokenize with padding, ``generate`` with the folder's generation
+    config, decode without special tokens).
     """
     from transformers import MarianMTModel, MarianTokenizer
 
@@ -143,7 +146,7 @@ def translate_with_transformers(folder: str | Path, sentences: list[str], batch_
     except (KeyError, ValueError):
         translator = None
     if translator is not None:
-        outputs = translator(list(sentences), batch_size=batch_size)
+        outputs = translator(list(sentences), batch_size=batch_size, num_beams=1)
         return [o["translation_text"] for o in outputs]
     tokenizer = MarianTokenizer.from_pretrained(folder)
     model = MarianMTModel.from_pretrained(folder).eval()

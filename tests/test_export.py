@@ -162,3 +162,77 @@ def test_other_position_variants_are_refused_with_one_line(tmp_path, cache_dir):
     assert result.returncode == 1
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert not (ROOT / "x").exists()
+
+
+# transformers 4.57.1 is the last release with pipeline("translation") (5.0 removed the task);
+# it needs huggingface_hub < 1, which this environment's datasets cannot share, so it is
+# installed on its own into a folder that only a child process puts first on its path.
+TRANSFORMERS_4 = [
+    "transformers==4.57.1",
+    "huggingface_hub==0.36.0",
+    "tokenizers==0.22.1",
+    "requests",
+    "certifi",
+    "charset_normalizer",
+    "idna",
+    "urllib3",
+]
+PIPELINE_PROCESS = """
+import json, sys
+import transformers
+from transformers import pipeline
+folder, sources = sys.argv[1], json.load(open(sys.argv[2]))
+translator = pipeline("translation", model=folder, device="cpu")
+greedy = [o["translation_text"] for o in translator(sources, batch_size=32, num_beams=1)]
+print(json.dumps({"version": transformers.__version__, "greedy": greedy,
+                  "default_num_beams": translator.generation_config.num_beams}))
+"""
+
+
+@pytest.fixture(scope="module")
+def transformers_4(cache_dir):
+    target = cache_dir / "transformers-4.57.1"
+    if not (target / "transformers").is_dir():
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+            + ["--target", str(target), *TRANSFORMERS_4],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            pytest.skip(f"transformers 4.57.1 could not be installed from the registry: "
+                        f"{result.stderr.strip().splitlines()[-1:]}")
+    return target
+
+
+@pytest.mark.slow
+def test_translation_pipeline_of_transformers_4_matches_evaluate_greedy(
+    trained_run, folder, test_split, fresh_process, transformers_4, tmp_path
+):
+    """pipeline("translation", model=folder) with num_beams=1 gives evaluate.py beam=1's lines.
+
+    Its class default is beam 4 (num_beams 1 in the folder is transformers' global default, so
+    the pipeline's own default wins): the README says to ask for num_beams=1.
+    """
+    sources = tmp_path / "test.json"
+    sources.write_text(json.dumps(test_split[0]))
+    result = subprocess.run(
+        [sys.executable, "-c", PIPELINE_PROCESS, str(folder), str(sources)],
+        cwd=tmp_path,
+        env=os.environ | OFFLINE | {"PYTHONPATH": str(transformers_4)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["version"] == "4.57.1"
+    assert out["default_num_beams"] == 4
+    scores = evaluate(
+        compose_config([f"run_dir={trained_run}", "split=test", "beam=1"], "evaluate")
+    )
+    ours = (trained_run / "eval" / f"{scores['name']}.hyp").read_text().splitlines()
+    # line for line what transformers 5's generate gave, which equals ours but where our search
+    # hit its cap (test above)
+    assert out["greedy"] == fresh_process["hyps"]
+    same = sum(a == b for a, b in zip(ours, out["greedy"], strict=True))
+    assert same >= 0.95 * len(ours), f"{same} of {len(ours)} identical"

@@ -65,7 +65,7 @@ def study(tmp_path_factory):
 def test_experiments_differ_only_in_their_condition():
     """One step budget and precision for every condition; only the condition's keys differ."""
     base = OmegaConf.to_container(compose_config([f"experiment={CONDITIONS['all']}"]))
-    assert base["trainer"]["max_steps"] == 2400 and base["trainer"]["max_minutes"] is None
+    assert base["trainer"]["max_steps"] == 2000 and base["trainer"]["max_minutes"] is None
     assert base["trainer"]["precision"] == "fp32" and base["data"]["train_join_share"] is None
     expected = {"joined": {"train_join_share": 0.5}, "short": {"train_max_src_words": 10}}
     for condition, keys in expected.items():
