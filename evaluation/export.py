@@ -94,6 +94,10 @@ def export_hf(
     out.mkdir(parents=True, exist_ok=True)
     marian = to_marian(model, max_positions)
     marian.generation_config = generation_config(max_positions)
+    # transformers 4.x's translation pipeline applies a folder's generation settings only where
+    # they differ from the library's global defaults, so its own num_beams=4 would beat the
+    # greedy num_beams=1 above; its task_specific_params entry is applied after, and wins.
+    marian.config.task_specific_params = {"translation": {"num_beams": 1}}
     marian.save_pretrained(str(out))
     data = state["config"]["data"]
     write_tokenizer_files(tokenizer, out, data["src_lang"], data["tgt_lang"])
@@ -130,11 +134,10 @@ def generation_config(max_positions: int):
 def translate_with_transformers(folder: str | Path, sentences: list[str], batch_size: int = 32):
     """Greedy translations by the folder alone: the ``translation`` pipeline where it exists.
 
-    transformers 4.x's pipeline searches with its own class default, beam 4, wherever the
-    folder's generation config holds transformers' global default (num_beams 1 is one), so
-    greedy search is asked for explicitly. transformers 5 removed that pipeline; there the same
-    steps are run by hand (tokenize with padding, ``generate`` with the folder's generation
-    config, decode without special tokens).
+    transformers 4.x has that pipeline (greedy through the folder's task_specific_params, see
+    export_hf); transformers 5 removed it, and there the same steps are run by hand (tokenize
+    with padding, ``generate`` with the folder's generation config, decode without special
+    tokens).
     """
     from transformers import MarianMTModel, MarianTokenizer
 
@@ -146,7 +149,7 @@ def translate_with_transformers(folder: str | Path, sentences: list[str], batch_
     except (KeyError, ValueError):
         translator = None
     if translator is not None:
-        outputs = translator(list(sentences), batch_size=batch_size, num_beams=1)
+        outputs = translator(list(sentences), batch_size=batch_size)
         return [o["translation_text"] for o in outputs]
     tokenizer = MarianTokenizer.from_pretrained(folder)
     model = MarianMTModel.from_pretrained(folder).eval()

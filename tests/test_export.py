@@ -85,6 +85,8 @@ def test_folder_holds_what_from_pretrained_needs(folder):
         assert name in names
     info = json.loads((folder / "export.json").read_text())
     assert info["layer_norm_eps"] == {"trained": 1e-6, "marian": 1e-5}
+    config = json.loads((folder / "config.json").read_text())  # greedy for 4.x's pipeline
+    assert config["task_specific_params"] == {"translation": {"num_beams": 1}}
 
 
 def test_tokenizer_gives_our_ids_with_eos(trained_run, test_split, fresh_process):
@@ -183,9 +185,8 @@ import transformers
 from transformers import pipeline
 folder, sources = sys.argv[1], json.load(open(sys.argv[2]))
 translator = pipeline("translation", model=folder, device="cpu")
-greedy = [o["translation_text"] for o in translator(sources, batch_size=32, num_beams=1)]
-print(json.dumps({"version": transformers.__version__, "greedy": greedy,
-                  "default_num_beams": translator.generation_config.num_beams}))
+greedy = [o["translation_text"] for o in translator(sources, batch_size=32)]
+print(json.dumps({"version": transformers.__version__, "greedy": greedy}))
 """
 
 
@@ -209,10 +210,10 @@ def transformers_4(cache_dir):
 def test_translation_pipeline_of_transformers_4_matches_evaluate_greedy(
     trained_run, folder, test_split, fresh_process, transformers_4, tmp_path
 ):
-    """pipeline("translation", model=folder) with num_beams=1 gives evaluate.py beam=1's lines.
+    """pipeline("translation", model=folder), as it comes, gives evaluate.py beam=1's lines.
 
-    Its class default is beam 4 (num_beams 1 in the folder is transformers' global default, so
-    the pipeline's own default wins): the README says to ask for num_beams=1.
+    Its class default is beam 4, and num_beams 1 in the folder's generation config does not
+    override it (it is transformers' global default); the folder's task_specific_params does.
     """
     sources = tmp_path / "test.json"
     sources.write_text(json.dumps(test_split[0]))
@@ -226,7 +227,6 @@ def test_translation_pipeline_of_transformers_4_matches_evaluate_greedy(
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["version"] == "4.57.1"
-    assert out["default_num_beams"] == 4
     scores = evaluate(
         compose_config([f"run_dir={trained_run}", "split=test", "beam=1"], "evaluate")
     )
