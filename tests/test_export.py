@@ -201,8 +201,8 @@ def transformers_4(cache_dir):
             text=True,
         )
         if result.returncode != 0:
-            pytest.skip(f"transformers 4.57.1 could not be installed from the registry: "
-                        f"{result.stderr.strip().splitlines()[-1:]}")
+            last = (result.stderr.strip().splitlines() or ["pip failed"])[-1]
+            pytest.skip(f"transformers 4.57.1 could not be installed from the registry: {last}")
     return target
 
 
