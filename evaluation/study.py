@@ -748,7 +748,8 @@ def bucket_table(records: list[dict]) -> dict:
             cells.setdefault(key, {})[record["seed"]] = b["bleu"]
             sizes[b["bucket"]] = {k: b[k] for k in ("bucket", "low", "high", "beyond", "n")}
     variants = sorted({key[0] for key in cells if key[2] == "short"})
-    max_words = next((r["max_words"] for r in records if r["condition"] == "short"), None)
+    # every run is bucketed at the short condition's L, so the control's records know it too
+    max_words = next((r["max_words"] for r in records if r["condition"] in ("short", "all")), None)
     rows = []
     for variant in variants:
         for name, size in sorted(sizes.items(), key=lambda item: item[1]["low"]):
@@ -785,6 +786,8 @@ def bucket_markdown(table: dict) -> str:
         "| variant | bucket | sentences | short BLEU | control BLEU | ratio | paired ratio |",
         "|---|---|---|---|---|---|---|",
     ]
+    if not table["rows"]:
+        return "\n".join(lines[:4] + ["No run of the short condition is scored yet."]) + "\n"
     for row in table["rows"]:
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.3f}"
         mark = "*" if row["beyond"] else ""
