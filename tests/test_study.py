@@ -15,6 +15,8 @@ from evaluation.study import (
     POOLED,
     STUDY_FILE,
     StudyError,
+    bucket_markdown,
+    bucket_table,
     job_command,
     planned_jobs,
     run_study,
@@ -309,3 +311,21 @@ def test_ratios_per_seed_and_per_bucket():
     assert buckets["11-15"]["ratio"] == pytest.approx(5 / 15, abs=1e-4)  # short / control means
     assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
     assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
+
+
+def test_buckets_without_short_runs_say_so_and_keep_l():
+    """Control runs alone: no rows, the short condition's L in the title, one line saying why."""
+    record = {
+        "condition": "all",
+        "variant": "sinusoidal",
+        "seed": 1,
+        "max_words": 10,
+        "by_bucket": [
+            {"bucket": "1-10", "low": 1, "high": 10, "beyond": False, "n": 5, "bleu": 3.0}
+        ],
+    }
+    table = bucket_table([record])
+    assert table["rows"] == [] and table["max_words"] == 10
+    text = bucket_markdown(table)
+    assert text.startswith("# Trained on <= 10 source words")
+    assert "No run of the short condition is scored yet." in text and "| variant |" not in text
