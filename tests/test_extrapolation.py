@@ -201,7 +201,7 @@ def test_the_experiment_configs_train_on_short_sources():
         path = CONFIG_DIR / "experiment" / f"extrapolation_{corpus}.yaml"
         assert OmegaConf.load(path).defaults[0] == "_self_"
         cfg = compose_config([f"experiment=extrapolation_{corpus}"])
-        assert cfg.data.train_max_src_words == max_words and cfg.trainer.max_minutes
+        assert cfg.data.train_max_src_words == max_words and cfg.trainer.max_steps
 
 
 def test_unknown_variant_is_a_one_line_error(tmp_path, capsys):

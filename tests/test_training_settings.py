@@ -4,7 +4,7 @@ import pytest
 
 from model.resume import KEEP_THE_MATH, setting_differences
 from model.training_settings import SettingError, check_training_settings
-from tests.conftest import compose_config
+from tests.conftest import CONFIG_DIR, compose_config
 
 
 @pytest.mark.parametrize(
@@ -27,9 +27,14 @@ def test_out_of_range_settings_are_one_line_naming_the_key(override, expected):
     assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
 
 
-def test_every_experiment_passes():
-    for experiment in ("quickstart", "table3_base", "table3_multi30k", "multi30k_small"):
-        check_training_settings(compose_config([f"experiment={experiment}"]))
+def test_every_experiment_passes_with_a_step_budget_and_no_minute_budget():
+    """Experiments compare like with like: load may change a run's wall time, never its steps."""
+    experiments = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+    assert "quickstart" in experiments and "pe_study_multi30k" in experiments
+    for experiment in experiments:
+        cfg = compose_config([f"experiment={experiment}"])
+        check_training_settings(cfg)
+        assert cfg.trainer.max_minutes is None and cfg.trainer.max_steps, experiment
 
 
 def test_resume_differences_tell_trajectory_from_bookkeeping():
