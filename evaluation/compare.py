@@ -57,6 +57,12 @@ class Run:
     stale: bool = False
 
 
+def path_from_cwd(path: Path) -> str:
+    """path relative to the working directory where it lies inside it (a report that travels)."""
+    resolved, here = Path(path).resolve(), Path.cwd()
+    return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(path)
+
+
 def find_run_dirs(paths: list[Path]) -> list[Path]:
     """Run directories (with metrics.json) among paths and below them; unfinished runs fail."""
     found = []
@@ -493,7 +499,7 @@ def compare(
         "paper_note": PAPER_NOTE,
         "runs": [
             {
-                "run_dir": str(r.path),
+                "run_dir": path_from_cwd(r.path),
                 "variant": r.variant,
                 "seed": r.seed,
                 "stale": r.stale,

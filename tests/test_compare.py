@@ -288,3 +288,14 @@ def test_slurm_launcher_composes_one_rank_per_gpu():
     )
     assert launcher.nodes == 1 and launcher.gpus_per_node == launcher.tasks_per_node == 8
     assert launcher.partition is None and launcher.timeout_min > 0
+
+
+def test_run_dirs_in_compare_json_are_relative_to_where_it_ran(sweep, monkeypatch):
+    """A committed report must not carry this machine's absolute paths."""
+    root, _, _ = sweep
+    monkeypatch.chdir(root.parent)
+    result = main([str(root.resolve()), "--out", str(root / "compare-here"), "--resamples", "0"])
+    dirs = [run["run_dir"] for run in result["runs"]]
+    assert all(d.startswith(f"{root.name}/") for d in dirs), dirs
+    written = json.loads((root / "compare-here" / "compare.json").read_text())
+    assert [run["run_dir"] for run in written["runs"]] == dirs
