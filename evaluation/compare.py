@@ -19,7 +19,13 @@ from pathlib import Path
 from data.errors import UserError
 from data.files import read_json, write_json, write_text
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
-from evaluation.statistics import mean, paired_bootstrap, paired_t_interval, stdev, welch_interval
+from evaluation.statistics import (
+    difference_over_seeds,
+    mean,
+    paired_bootstrap,
+    stdev,
+    welch_interval,
+)
 
 log = logging.getLogger(__name__)
 
@@ -247,14 +253,15 @@ def check_poolable(runs: list[Run]) -> None:
 
 
 def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
-    """Mean BLEU difference other - baseline with a 95% t-interval over seeds."""
+    """Mean BLEU difference other - baseline with a 95% t-interval over seeds.
+
+    Paired by seed over the seeds both sides ran (at least two), else Welch over all runs; a
+    side with two runs of one seed cannot be paired.
+    """
     base_bleu = {r.seed: r.scores["bleu"] for r in baseline}
     other_bleu = {r.seed: r.scores["bleu"] for r in other}
-    unique = len(base_bleu) == len(baseline) and len(other_bleu) == len(other)
-    if unique and set(base_bleu) == set(other_bleu):
-        seeds = sorted(base_bleu)
-        diffs = [other_bleu[s] - base_bleu[s] for s in seeds]
-        return {"method": "paired t over seeds", "seeds": seeds, **paired_t_interval(diffs)}
+    if len(base_bleu) == len(baseline) and len(other_bleu) == len(other):
+        return difference_over_seeds(base_bleu, other_bleu)
     seeds = sorted({r.seed for r in baseline} | {r.seed for r in other})
     a, b = [r.scores["bleu"] for r in baseline], [r.scores["bleu"] for r in other]
     return {"method": "Welch t (unpaired seeds)", "seeds": seeds, **welch_interval(a, b)}

@@ -63,6 +63,31 @@ def paired_t_interval(diffs: list[float], level: float = 0.95) -> dict:
     }
 
 
+def difference_over_seeds(base: dict[int, float], other: dict[int, float]) -> dict:
+    """other - base: paired by seed over the seeds both have (>= 2), else Welch over all seeds.
+
+    Runs of one seed share their data order, so pairing removes what the seed does to both;
+    runs of seeds the other side lacks are left out of a paired difference (named in "seeds").
+    """
+    shared = sorted(set(base) & set(other))
+    if len(shared) >= 2:
+        method = "paired t over seeds" if set(base) == set(other) else "paired t, shared seeds"
+        diffs = [other[s] - base[s] for s in shared]
+        return {"method": method, "seeds": shared, **paired_t_interval(diffs)}
+    seeds = sorted(set(base) | set(other))
+    if not base or not other:
+        return {
+            "method": "none",
+            "seeds": seeds,
+            "difference": None,
+            "low": None,
+            "high": None,
+            "df": None,
+        }
+    welch = welch_interval(list(base.values()), list(other.values()))
+    return {"method": "Welch t (unpaired seeds)", "seeds": seeds, **welch}
+
+
 def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> dict:
     """mean(b) - mean(a) with Welch's t-interval (low/high/df None under two values a side)."""
     result = {"difference": mean(b) - mean(a), "low": None, "high": None, "df": None}

@@ -40,6 +40,7 @@ from data.errors import UserError
 from data.files import read_json, write_json, write_text
 from evaluation.configs import compose_config
 from evaluation.extrapolation import StudyError, position_variants
+from evaluation.statistics import difference_over_seeds
 
 ROOT = Path(__file__).resolve().parents[1]
 # condition -> experiment config (configs/experiment/<name>.yaml)
@@ -531,17 +532,6 @@ def interval(values: list[float]) -> dict:
     return result
 
 
-def paired_difference(base: dict[int, float], other: dict[int, float]) -> dict:
-    """other - base over the seeds both have, with its 95% paired t-interval."""
-    from evaluation.statistics import paired_t_interval
-
-    seeds = sorted(set(base) & set(other))
-    diffs = [other[s] - base[s] for s in seeds]
-    if not diffs:
-        return {"seeds": [], "difference": None, "low": None, "high": None, "df": None}
-    return {"seeds": seeds} | paired_t_interval(diffs)
-
-
 def table3(records: list[dict], out: Path, resamples: int, baseline: str = "sinusoidal") -> dict:
     """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
 
@@ -576,7 +566,7 @@ def table3(records: list[dict], out: Path, resamples: int, baseline: str = "sinu
     base = by_variant.get(baseline, [])
     for diff in result["differences"]:
         other = by_variant[diff["variant"]]
-        diff["chrf_across_seeds"] = paired_difference(
+        diff["chrf_across_seeds"] = difference_over_seeds(
             {r["seed"]: r["test"]["chrf"] for r in base},
             {r["seed"]: r["test"]["chrf"] for r in other},
         )
@@ -599,14 +589,20 @@ def cell(stats: dict, digits: int = 2) -> str:
     return text
 
 
-def signed_cell(diff: dict) -> str:
-    """+d [low, high] of a paired difference, or an em dash."""
+def signed_cell(diff: dict, digits: int = 2) -> str:
+    """+d [low, high] of a difference over seeds, or an em dash."""
     if diff.get("difference") is None:
         return "—"
-    text = f"{diff['difference']:+.2f}"
+    text = f"{diff['difference']:+.{digits}f}"
     if diff.get("low") is not None:
-        text += f" [{diff['low']:+.2f}, {diff['high']:+.2f}]"
+        text += f" [{diff['low']:+.{digits}f}, {diff['high']:+.{digits}f}]"
     return text
+
+
+def seeds_cell(diff: dict) -> str:
+    """The seeds a difference was taken over, marked where they were not paired."""
+    seeds = ", ".join(map(str, diff["seeds"]))
+    return seeds if diff["method"].startswith("paired") else f"{seeds} (unpaired)"
 
 
 def table3_markdown(result: dict) -> str:
@@ -653,7 +649,7 @@ def table3_markdown(result: dict) -> str:
             )
         )
         lines.append(
-            f"| {diff['variant']} | {', '.join(map(str, seeds['seeds']))} | {signed_cell(seeds)} "
+            f"| {diff['variant']} | {seeds_cell(seeds)} | {signed_cell(seeds)} "
             f"| {signed_cell(diff['chrf_across_seeds'])} | {boot_text} |"
         )
     study = result["study"]
@@ -663,13 +659,15 @@ def table3_markdown(result: dict) -> str:
 
 
 CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines", "left_out")
+CONCAT_DIFFERENCES = ("bleu", "length_ratio", "bleu_ratio_to_k1")
 
 
-def concat_table(records: list[dict]) -> dict:
+def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
     """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
 
     Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
-    is taken per seed, then summarized.
+    is taken per seed, then summarized; "differences" holds every variant minus the baseline
+    within a condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1)).
     """
     rows = []
     for record in records:
@@ -698,6 +696,21 @@ def concat_table(records: list[dict]) -> dict:
                 for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
             }
         )
+    differences = []
+    for (condition, variant, k), group in sorted(groups.items()):
+        base = groups.get((condition, baseline, k))
+        if variant == baseline or not base:
+            continue
+        differences.append(
+            {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
+            | {
+                key: difference_over_seeds(
+                    {r["seed"]: r[key] for r in base if r[key] is not None},
+                    {r["seed"]: r[key] for r in group if r[key] is not None},
+                )
+                for key in CONCAT_DIFFERENCES
+            }
+        )
     return {
         "splits": list(CONCAT_SPLITS),
         "ks": list(KS),
@@ -705,6 +718,7 @@ def concat_table(records: list[dict]) -> dict:
         "lenpen": LENPEN,
         "runs": sorted(rows, key=lambda r: (r["condition"], r["variant"], r["k"], r["seed"])),
         "summary": summary,
+        "differences": differences,
     }
 
 
@@ -728,6 +742,24 @@ def concat_markdown(table: dict) -> str:
             f"| {', '.join(map(str, row['seeds']))} | {cell(row['bleu'])} | {cell(row['chrf'])} "
             f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
             f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
+        )
+    if table["differences"]:
+        lines += [
+            "",
+            f"## Each variant minus {table['differences'][0]['baseline']}, per condition and k",
+            "",
+            "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all seeds "
+            "where fewer than two are shared).",
+            "",
+            "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+    for diff in table["differences"]:
+        lines.append(
+            f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
+            f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "
+            f"| {signed_cell(diff['length_ratio'], 3)} "
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -9,6 +9,7 @@ import sacrebleu
 
 from data.errors import UserError
 from evaluation.statistics import (
+    difference_over_seeds,
     mean,
     paired_bootstrap,
     paired_t_interval,
@@ -49,6 +50,23 @@ def test_welch_interval_uses_welch_satterthwaite_degrees_of_freedom():
     assert got["high"] - got["difference"] == pytest.approx(
         t_quantile(0.95, df) * math.sqrt(va + vb)
     )
+
+
+def test_difference_over_seeds_pairs_the_shared_seeds_and_falls_back_to_welch():
+    """Five baseline seeds against three: paired over seeds 1-3, not Welch over all eight runs."""
+    base = {1: 27.0, 2: 26.0, 3: 28.0, 4: 27.5, 5: 26.5}
+    other = {1: 29.0, 2: 28.5, 3: 30.5}
+    paired = difference_over_seeds(base, other)
+    assert paired["method"] == "paired t, shared seeds" and paired["seeds"] == [1, 2, 3]
+    assert paired == {"method": paired["method"], "seeds": [1, 2, 3]} | paired_t_interval(
+        [2.0, 2.5, 2.5]
+    )
+    same = difference_over_seeds(base, base | {1: 30.0})
+    assert same["method"] == "paired t over seeds" and same["difference"] == pytest.approx(0.6)
+    one = difference_over_seeds(base, {3: 30.0})
+    assert one["method"].startswith("Welch") and one["seeds"] == [1, 2, 3, 4, 5]
+    assert one["difference"] == pytest.approx(30.0 - statistics.fmean(base.values()))
+    assert difference_over_seeds(base, {})["difference"] is None
 
 
 def test_paired_bootstrap_of_a_system_against_itself_and_a_worse_one():

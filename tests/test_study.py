@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import statistics
 
 import pytest
 from omegaconf import OmegaConf
@@ -17,6 +18,7 @@ from evaluation.study import (
     StudyError,
     bucket_markdown,
     bucket_table,
+    concat_markdown,
     job_command,
     planned_jobs,
     run_study,
@@ -309,6 +311,20 @@ def test_ratios_per_seed_and_per_bucket():
     assert k2["bleu"]["mean"] == 20 and k2["lines"] == 50 and k2["left_out"] == 0
     buckets = {r["bucket"]: r for r in bucket_table(records)["rows"]}
     assert buckets["11-15"]["ratio"] == pytest.approx(5 / 15, abs=1e-4)  # short / control means
+    baseline = [dict(r, variant="sinusoidal") for r in records]
+    for r, bleus in zip(baseline, ([30, 20, 10, 5], [20, 10, 10, 10], [30, 15, 9, 6]), strict=True):
+        r["concat"] = [dict(row, bleu=b) for row, b in zip(r["concat"], bleus, strict=True)]
+    concat = concat_table(records + baseline)
+    diffs = {(d["condition"], d["k"]): d for d in concat["differences"]}
+    assert {d["variant"] for d in concat["differences"]} == {"rope"}  # none of the baseline
+    k2 = diffs["all", 2]  # rope minus sinusoidal, seeds 1 and 2 paired
+    assert k2["bleu"]["seeds"] == [1, 2] and k2["bleu"]["difference"] == pytest.approx(5.0)
+    ratio_diffs = [20 / 40 - 20 / 30, 20 / 20 - 10 / 20]
+    assert k2["bleu_ratio_to_k1"]["difference"] == pytest.approx(
+        statistics.fmean(ratio_diffs), abs=1e-3
+    )
+    assert k2["bleu_ratio_to_k1"]["low"] is not None and diffs["short", 1]["bleu"]["low"] is None
+    assert "## Each variant minus sinusoidal, per condition and k" in concat_markdown(concat)
     assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
     assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
 
