@@ -80,7 +80,7 @@ def test_experiments_differ_only_in_their_condition():
 
 
 def test_plan_puts_row_e_first_and_gives_it_five_seeds(tmp_path):
-    jobs = planned_jobs(tmp_path, ["all", "joined"])
+    jobs = planned_jobs(tmp_path, ["all", "joined", "short"])
     all_runs = [j for j in jobs if j.condition == "all"]
     assert [(j.variant, j.seed) for j in all_runs[:4]] == [
         ("learned", 1),
@@ -95,6 +95,9 @@ def test_plan_puts_row_e_first_and_gives_it_five_seeds(tmp_path):
     assert all(s == [1, 2, 3] for v, s in seeds.items() if v not in ("sinusoidal", "learned"))
     joined = [j for j in jobs if j.condition == "joined"]
     assert "none" not in {j.variant for j in joined} and {j.seed for j in joined} == {1, 2}
+    short = {j.variant for j in jobs if j.condition == "short"}
+    assert "learned_shape" in seeds and "learned_shape" not in short | {j.variant for j in joined}
+    assert "sinusoidal_shape" in short and len(jobs) == 31 + 14 + 24
     assert all_runs[0].run_dir == tmp_path / "all" / "learned" / "seed-1"
 
 
