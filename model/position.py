@@ -151,14 +151,17 @@ class NoPositionEncoding(PositionEncoding):
     """NoPE: no position information at all (the encoder becomes permutation-equivariant)."""
 
 
-def shifted(positions: torch.Tensor, batch: int, max_shift: int, training: bool) -> torch.Tensor:
+def shifted(
+    positions: torch.Tensor, batch: int, max_shift: int, training: bool, eval_shift: int = 0
+) -> torch.Tensor:
     """SHAPE (Kiyono et al. 2021): positions [T] + k, k ~ U{0..max_shift} per sequence, [B, T].
 
-    Only while training; at evaluation the positions stay unshifted ([T]). Deviation: their code
-    starts evaluation positions at K; we start them at 0, where every position is also trained.
+    While training; at evaluation every position moves by eval_shift ([T]). Deviation: their
+    code starts evaluation positions at K; by default we start them at 0 (eval_shift 0), where
+    every position is also trained; ``position_override.eval_shift=K`` scores their way.
     """
     if not training or max_shift == 0:
-        return positions
+        return positions + eval_shift if eval_shift else positions
     offsets = torch.randint(0, max_shift + 1, (batch, 1), device=positions.device)  # [B, 1]
     return positions[None, :] + offsets  # [B, T]
 
@@ -172,10 +175,39 @@ def check_max_shift(max_shift: int) -> int:
     return max_shift
 
 
+def check_eval_shift(eval_shift, max_shift: int) -> int:
+    """SHAPE's evaluation offset, checked: a whole number from 0 to K (the trained offsets)."""
+    if isinstance(eval_shift, bool) or not isinstance(eval_shift, int):
+        raise PositionSettingError(
+            f"position eval_shift={eval_shift}: pass a whole number from 0 to {max_shift}"
+        )
+    if not 0 <= eval_shift <= max_shift:
+        raise PositionSettingError(
+            f"position eval_shift={eval_shift}: pass 0 to {max_shift} (position.max_shift, the "
+            "offsets the model was trained on)"
+        )
+    return eval_shift
+
+
+class ShapeSettings:
+    """SHAPE's inference-only setting: eval_shift, checked against max_shift when it changes."""
+
+    inference_settings = ("eval_shift",)
+    max_shift: int
+    eval_shift: int
+
+    def apply_inference_settings(self, **settings) -> None:
+        """Set eval_shift, checked (0..max_shift); any other key is refused in one line."""
+        if "eval_shift" in settings:
+            check_eval_shift(settings["eval_shift"], self.max_shift)
+        super().apply_inference_settings(**settings)
+
+
 class SinusoidalPositionEncoding(PositionEncoding):
     """Fixed sinusoids added at the bottom of each stack (§3.5); no parameters, no length cap."""
 
     max_shift = 0  # SHAPE's K (SinusoidalShapePositionEncoding); 0 = positions as they are
+    eval_shift = 0  # SHAPE's offset at evaluation
 
     def __init__(
         self,
@@ -196,15 +228,16 @@ class SinusoidalPositionEncoding(PositionEncoding):
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Add float32 sinusoids (float32 even under bf16 autocast)."""
-        positions = shifted(positions, x.size(0), self.max_shift, self.training)  # [T] or [B, T]
+        # [T], or [B, T] while SHAPE shifts each training sequence
+        positions = shifted(positions, x.size(0), self.max_shift, self.training, self.eval_shift)
         return x + sinusoidal_encoding(positions, self.d_model, self.base)  # [B, T, d_model]
 
 
-class SinusoidalShapePositionEncoding(SinusoidalPositionEncoding):
+class SinusoidalShapePositionEncoding(ShapeSettings, SinusoidalPositionEncoding):
     """SHAPE (Kiyono et al. 2021) on the §3.5 sinusoids: shifted positions while training.
 
     Every position of a training sequence moves by one random k in 0..max_shift (source and
-    target sequences draw their own k); at evaluation by 0 (see ``shifted``).
+    target sequences draw their own k); at evaluation by eval_shift, 0 unless set (``shifted``).
     """
 
     def __init__(
@@ -216,9 +249,11 @@ class SinusoidalShapePositionEncoding(SinusoidalPositionEncoding):
         causal: bool = False,
         base: float = 10000.0,
         max_shift: int = 100,
+        eval_shift: int = 0,
     ):
         super().__init__(d_model, n_heads, max_positions, n_layers, causal, base)
         self.max_shift = check_max_shift(max_shift)
+        self.eval_shift = check_eval_shift(eval_shift, self.max_shift)
 
 
 class LearnedPositionEncoding(PositionEncoding):
@@ -230,6 +265,7 @@ class LearnedPositionEncoding(PositionEncoding):
     """
 
     max_shift = 0  # SHAPE's K (LearnedShapePositionEncoding); 0 = positions as they are
+    eval_shift = 0  # SHAPE's offset at evaluation
 
     def __init__(
         self,
@@ -254,11 +290,12 @@ class LearnedPositionEncoding(PositionEncoding):
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Add the table rows of positions [T] (shifted per sequence while training)."""
-        positions = shifted(positions, x.size(0), self.max_shift, self.training)  # [T] or [B, T]
+        # [T], or [B, T] while SHAPE shifts each training sequence
+        positions = shifted(positions, x.size(0), self.max_shift, self.training, self.eval_shift)
         return x + self.table[positions]  # [B, T, d_model]
 
 
-class LearnedShapePositionEncoding(LearnedPositionEncoding):
+class LearnedShapePositionEncoding(ShapeSettings, LearnedPositionEncoding):
     """SHAPE (Kiyono et al. 2021) on the learned table: shifted positions while training.
 
     Training shifts a sequence's positions by k in 0..max_shift (see ``shifted``), so the table
@@ -274,9 +311,11 @@ class LearnedShapePositionEncoding(LearnedPositionEncoding):
         n_layers: int = 1,
         causal: bool = False,
         max_shift: int = 100,
+        eval_shift: int = 0,
     ):
         super().__init__(d_model, n_heads, max_positions, n_layers, causal)
         self.max_shift = check_max_shift(max_shift)
+        self.eval_shift = check_eval_shift(eval_shift, self.max_shift)
         rows = max_positions + max_shift  # the longest trained sequence at the largest shift
         self.table = nn.Parameter(torch.randn(rows, d_model) * d_model**-0.5)
 

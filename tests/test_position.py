@@ -210,6 +210,28 @@ def test_shape_shifts_in_training_and_not_at_evaluation():
         assert not torch.equal(again, shifted_rows)
 
 
+def test_shape_eval_shift_moves_evaluation_positions_within_the_trained_offsets():
+    """position_override.eval_shift=K scores SHAPE as its authors' code does (from K)."""
+    x, positions = torch.zeros(2, 10, 32), torch.arange(10)
+    for name in ("sinusoidal_shape", "learned_shape"):
+        pe = build(name).eval()
+        rows = pe.embed(torch.zeros(1, 64 + 100, 32), torch.arange(64 + 100))[0]  # from 0
+        assert pe.inference_state() == {"eval_shift": 0}
+        pe.apply_inference_settings(eval_shift=100)
+        assert torch.equal(pe.embed(x, positions)[1], rows[100:110])
+        assert pe.inference_state() == {"eval_shift": 100}
+        for bad in (101, -1, 2.5):
+            with pytest.raises(PositionSettingError, match=f"eval_shift={bad}: pass"):
+                pe.apply_inference_settings(eval_shift=bad)
+        assert pe.inference_state() == {"eval_shift": 100}  # refused: unchanged
+        pe.train()
+        assert not torch.equal(pe.embed(x, positions), pe.embed(x, positions))  # still random
+    with pytest.raises(PositionSettingError, match="position_override.eval_shift is not"):
+        build("sinusoidal").apply_inference_settings(eval_shift=10)
+    with pytest.raises(PositionSettingError, match="eval_shift=200: pass 0 to 100"):
+        build("sinusoidal_shape", eval_shift=200)
+
+
 def test_learned_shape_table_holds_the_shifted_range():
     pe = build("learned_shape", max_positions=16)
     assert pe.table.shape == (16 + 100, 32)

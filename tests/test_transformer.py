@@ -72,6 +72,20 @@ def test_incremental_decoding_equals_teacher_forcing(position_yaml):
     assert (torch.cat(steps, dim=1) - full[rows]).abs().max() <= 1e-5
 
 
+def test_shape_decodes_incrementally_at_an_evaluation_offset():
+    """eval_shift moves every position alike: cached decoding still equals teacher forcing."""
+    model = tiny_model(CONFIG_DIR / "position" / "sinusoidal_shape.yaml").eval()
+    src, tgt = torch.randint(4, 40, (2, 7)), torch.randint(4, 40, (2, 9))
+    at_zero = model(src, tgt)
+    model.apply_position_settings({"eval_shift": 60})
+    full = model(src, tgt)
+    assert (full - at_zero).abs().max() > 1e-3  # the offset reaches the output
+    memory, keep = model.encode(src)
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, t : t + 1], memory, keep, cache, offset=t) for t in range(9)]
+    assert (torch.cat(steps, dim=1) - full).abs().max() <= 1e-5
+
+
 def test_every_tensor_stays_on_the_models_device(position_yaml):
     """On the meta device, a tensor made on the CPU inside the model is an error, as on CUDA."""
     meta = torch.device("meta")
