@@ -38,7 +38,8 @@ def plot_bleu_by_variant(result: dict, path: Path) -> None:
                 fontsize=7,
                 textcoords="offset points",
             )
-    ax.set_xticks(range(len(result["variants"])), [r["variant"] for r in result["variants"]])
+    names = [r["variant"] for r in result["variants"]]
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")  # long names do not overlap
     ax.set_xlim(-0.6, len(result["variants"]) - 0.4)
     ax.set_ylabel("sacreBLEU (line: mean over seeds)")
     ax.set_title(f"BLEU by position encoding ({result['eval']})")
