@@ -33,14 +33,21 @@ from model.transformer import Transformer
 
 def _position_table(position: PositionEncoding, d_model: int, max_positions: int):
     """The [rows, d_model] table added to the scaled embeddings, or None (rotary)."""
-    # SHAPE's subclasses shift positions in training only: at inference they are these tables
+    # SHAPE's subclasses shift positions randomly in training only: at inference they are these
+    # tables from row eval_shift on (0 unless position_override.eval_shift set it)
+    shift = position.eval_shift if hasattr(position, "eval_shift") else 0
     if isinstance(position, SinusoidalPositionEncoding):
-        return sinusoidal_encoding_table(max_positions, d_model, position.base)
+        return sinusoidal_encoding_table(max_positions + shift, d_model, position.base)[shift:]
     if isinstance(position, LearnedPositionEncoding):
-        return position.table.detach().float().cpu()
+        return position.table.detach().float().cpu()[shift:]
     if type(position) is NoPositionEncoding:
         return torch.zeros(max_positions, d_model)
     if type(position) is RotaryPositionEncoding:
+        if position.scaling is not None and position.factor != 1:
+            raise UserError(
+                f"position_override.scaling={position.scaling} (factor {position.factor}) has no "
+                "CTranslate2 equivalent here: evaluate with engine=ours"
+            )
         return None
     raise UserError(
         f"position={type(position).__name__} has no CTranslate2 equivalent for an encoder-decoder "

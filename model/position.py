@@ -14,7 +14,8 @@ Transformer calls all of them in every stack, so no code anywhere branches on th
   2018); None (the default) keeps the fused ``scaled_dot_product_attention`` path;
 - ``check_length(num_positions)``: fail early, with a message, where a variant has a length cap;
 - ``apply_inference_settings(**settings)``: change the settings a variant names in
-  ``inference_settings`` on a trained model (RoPE scaling), refusing any other key.
+  ``inference_settings`` on a trained model (RoPE scaling, SHAPE's eval_shift), refusing any
+  other key.
 
 The Transformer builds one module per stack with ``(d_model, n_heads, max_positions, n_layers,
 causal)``: ``n_layers`` lets a variant hold parameters per layer (indexed by ``layer`` in

@@ -69,6 +69,29 @@ def test_scores_equal_our_log_probs(position_yaml):
         assert (ours - theirs).abs().max() < LOGP_ATOL, position_yaml.stem
 
 
+def test_inference_settings_reach_the_converted_model_or_are_refused():
+    """SHAPE's eval_shift moves CTranslate2's tables as ours; RoPE scaling is refused, not lost."""
+    from tests.conftest import CONFIG_DIR
+
+    targets = [row[:-1][::-1][:6] for row in sources()]
+    for name in ("sinusoidal_shape", "learned_shape"):
+        model = tiny_model(CONFIG_DIR / "position" / f"{name}.yaml", vocab_size=len(VOCAB))
+        model.eval().apply_position_settings({"eval_shift": 30})
+        with ctranslate2_translator(model, Pieces(), "cpu") as translator:
+            results = translator.score_batch(
+                [[VOCAB[t] for t in s] for s in sources()],
+                [[VOCAB[t] for t in t_] for t_ in targets],
+            )
+        for src, tgt, result in zip(sources(), targets, results, strict=True):
+            ours = our_log_probs(model, src, tgt)
+            assert (ours - torch.tensor(result.log_probs)).abs().max() < LOGP_ATOL, name
+    rope = tiny_model(CONFIG_DIR / "position" / "rope.yaml", vocab_size=len(VOCAB)).eval()
+    rope.apply_position_settings({"scaling": "ntk", "factor": 2.0})
+    with pytest.raises(UserError, match="position_override.scaling=ntk .* engine=ours"):
+        with ctranslate2_translator(rope, Pieces(), "cpu"):
+            pass
+
+
 def test_greedy_equals_ours_and_scores_are_log_p(position_yaml):
     from model.search import greedy_search
 
