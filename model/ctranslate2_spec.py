@@ -35,11 +35,11 @@ def _position_table(position: PositionEncoding, d_model: int, max_positions: int
     """The [rows, d_model] table added to the scaled embeddings, or None (rotary)."""
     # SHAPE's subclasses shift positions randomly in training only: at inference they are these
     # tables from row eval_shift on (0 unless position_override.eval_shift set it)
-    shift = position.eval_shift if hasattr(position, "eval_shift") else 0
     if isinstance(position, SinusoidalPositionEncoding):
+        shift = position.eval_shift
         return sinusoidal_encoding_table(max_positions + shift, d_model, position.base)[shift:]
     if isinstance(position, LearnedPositionEncoding):
-        return position.table.detach().float().cpu()[shift:]
+        return position.table.detach().float().cpu()[position.eval_shift :]
     if type(position) is NoPositionEncoding:
         return torch.zeros(max_positions, d_model)
     if type(position) is RotaryPositionEncoding:
