@@ -664,12 +664,24 @@ CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines
 CONCAT_DIFFERENCES = ("bleu", "length_ratio", "bleu_ratio_to_k1")
 
 
+def concat_differences(base: list[dict], other: list[dict]) -> dict:
+    """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics)."""
+    return {
+        key: difference_over_seeds(
+            {r["seed"]: r[key] for r in base if r[key] is not None},
+            {r["seed"]: r[key] for r in other if r[key] is not None},
+        )
+        for key in CONCAT_DIFFERENCES
+    }
+
+
 def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
     """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
 
     Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
     is taken per seed, then summarized; "differences" holds every variant minus the baseline
-    within a condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1)).
+    within a condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1));
+    "joined_minus_all" the same for each variant trained on joined lines minus its control.
     """
     rows = []
     for record in records:
@@ -698,21 +710,17 @@ def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
                 for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
             }
         )
-    differences = []
+    differences, remedy = [], []
     for (condition, variant, k), group in sorted(groups.items()):
         base = groups.get((condition, baseline, k))
-        if variant == baseline or not base:
-            continue
-        differences.append(
-            {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
-            | {
-                key: difference_over_seeds(
-                    {r["seed"]: r[key] for r in base if r[key] is not None},
-                    {r["seed"]: r[key] for r in group if r[key] is not None},
-                )
-                for key in CONCAT_DIFFERENCES
-            }
-        )
+        if variant != baseline and base:
+            differences.append(
+                {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
+                | concat_differences(base, group)
+            )
+        control = groups.get(("all", variant, k))
+        if condition == "joined" and control:
+            remedy.append({"variant": variant, "k": k} | concat_differences(control, group))
     return {
         "splits": list(CONCAT_SPLITS),
         "ks": list(KS),
@@ -721,6 +729,7 @@ def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
         "runs": sorted(rows, key=lambda r: (r["condition"], r["variant"], r["k"], r["seed"])),
         "summary": summary,
         "differences": differences,
+        "joined_minus_all": remedy,
     }
 
 
@@ -761,6 +770,23 @@ def concat_markdown(table: dict) -> str:
             f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
             f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "
             f"| {signed_cell(diff['length_ratio'], 3)} "
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
+        )
+    if table["joined_minus_all"]:
+        lines += [
+            "",
+            "## Trained on joined lines minus trained on single sentences, per variant and k",
+            "",
+            "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
+            "above; what is left of the drop under it is what the position encoding owes.",
+            "",
+            "| variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
+            "|---|---|---|---|---|---|",
+        ]
+    for diff in table["joined_minus_all"]:
+        lines.append(
+            f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
+            f"| {signed_cell(diff['bleu'])} | {signed_cell(diff['length_ratio'], 3)} "
             f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
         )
     return "\n".join(lines) + "\n"

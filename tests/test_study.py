@@ -332,6 +332,43 @@ def test_ratios_per_seed_and_per_bucket():
     assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
 
 
+def test_joined_minus_all_pairs_each_variant_with_its_control():
+    """The remedy's effect: each variant's joined runs minus its all-lengths runs, by seed."""
+    from evaluation.study import concat_table
+
+    def record(condition, seed, bleus, ratios):
+        concat = [
+            {"split": POOLED, "k": k, "bleu": b, "chrf": b, "bp": 1.0, "length_ratio": r}
+            | {"unigram_precision": 50.0, "lines": 100 // k, "left_out": 100 % k}
+            for k, b, r in zip(KS, bleus, ratios, strict=True)
+        ]
+        return {"condition": condition, "variant": "rope", "seed": seed, "step": 5} | {
+            "concat": concat
+        }
+
+    records = [
+        record("all", 1, [40, 20, 10, 8], [1.0, 0.6, 0.5, 0.4]),
+        record("all", 2, [30, 15, 10, 6], [1.0, 0.7, 0.5, 0.3]),
+        record("all", 3, [30, 15, 10, 6], [1.0, 0.7, 0.5, 0.3]),  # no joined seed 3: left out
+        record("joined", 1, [38, 30, 25, 20], [1.0, 0.9, 0.9, 0.8]),
+        record("joined", 2, [30, 24, 21, 18], [1.0, 1.0, 0.9, 0.9]),
+    ]
+    concat = concat_table(records)
+    remedy = {d["k"]: d for d in concat["joined_minus_all"]}
+    assert sorted(remedy) == list(KS) and concat["differences"] == []  # no sinusoidal runs
+    k4 = remedy[4]
+    assert k4["variant"] == "rope" and k4["length_ratio"]["seeds"] == [1, 2]
+    assert k4["length_ratio"]["difference"] == pytest.approx(((0.8 - 0.4) + (0.9 - 0.3)) / 2)
+    ratio_diffs = [20 / 38 - 8 / 40, 18 / 30 - 6 / 30]
+    assert k4["bleu_ratio_to_k1"]["difference"] == pytest.approx(
+        statistics.fmean(ratio_diffs), abs=1e-3
+    )
+    assert k4["bleu"]["method"] == "paired t, shared seeds" and k4["bleu"]["low"] is not None
+    text = concat_markdown(concat)
+    assert "## Trained on joined lines minus trained on single sentences" in text
+    assert "| rope | 4 | 1, 2 |" in text
+
+
 def test_buckets_without_short_runs_say_so_and_keep_l():
     """Control runs alone: no rows, the short condition's L in the title, one line saying why."""
     record = {
