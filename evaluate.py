@@ -39,10 +39,19 @@ def translate_with(cfg: DictConfig, model, tokenizer, srcs: list[str], device, b
         compute_type = cfg.ctranslate2_compute_type
         with ctranslate2_translator(model, tokenizer, device, compute_type) as translator:
             return translate_ctranslate2(
-                translator, tokenizer, srcs, cfg.beam, cfg.lenpen, cfg.max_len_b
+                translator, tokenizer, srcs, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.min_len
             )
     return translate(
-        model, tokenizer, srcs, device, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens, bf16
+        model,
+        tokenizer,
+        srcs,
+        device,
+        cfg.beam,
+        cfg.lenpen,
+        cfg.max_len_b,
+        cfg.max_tokens,
+        bf16,
+        cfg.min_len,
     )
 
 
@@ -93,6 +102,11 @@ def check_options(cfg: DictConfig) -> None:
         raise UserError(
             f"max_len_b={cfg.max_len_b}: pass 1 to max_input_len={cfg.max_input_len} (the paper: "
             "50; raise max_input_len to allow more)"
+        )
+    if not 0 <= int(cfg.min_len) <= int(cfg.max_len_b):
+        raise UserError(
+            f"min_len={cfg.min_len}: pass 0 to max_len_b={cfg.max_len_b} output subwords (0: EOS "
+            "may come first, as the paper's search; 1: no empty translation, as fairseq's)"
         )
     if int(cfg.max_tokens) < 1:
         raise UserError(f"max_tokens={cfg.max_tokens}: pass 1 or more")
@@ -158,6 +172,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "beam": cfg.beam,
         "lenpen": cfg.lenpen,
         "max_len_b": cfg.max_len_b,
+        "min_len": cfg.min_len,
         "max_input_len": cfg.max_input_len,
         "precision": "bf16" if bf16 else "fp32",
         "position_override": position_override,

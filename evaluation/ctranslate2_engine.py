@@ -9,7 +9,9 @@ Search, as ours (§6.1) where CTranslate2 allows it:
 - Length cap: ours caps each output at source subwords + max_len_b tokens, EOS included, and
   forces EOS there. CTranslate2 caps a batch at ``max_decoding_length`` tokens (EOS not
   counted, never forced), so sentences are batched by source length and each batch gets
-  ``L + max_len_b - 1``: the same outputs. ``min_decoding_length=0`` lets EOS come first, as ours.
+  ``L + max_len_b - 1``: the same outputs. ``min_decoding_length=min_len`` bars EOS before
+  min_len subwords, as ours (0, the default: EOS may come first). CTranslate2 renormalizes the
+  barred steps without EOS, ours does not: the same greedy outputs, beam scores a little apart.
 - Greedy (beam 1) is then token for token ours.
 - Length penalty: ours (the paper's) ranks finished hypotheses by log P(Y) / lp(Y), GNMT's
   lp = ((5 + |Y|) / 6)^alpha. CTranslate2's ``length_penalty=alpha`` divides by |Y|^alpha instead
@@ -69,6 +71,7 @@ def translate_pieces(
     lenpen: float = 0.6,
     max_len_b: int = 50,
     max_batch_size: int = 64,
+    min_len: int = 0,
 ) -> list[list[int]]:
     """Output ids (EOS stripped) for sources given as ids + EOS; module docstring for the search."""
     index = {piece: i for i, piece in enumerate(vocabulary)}
@@ -86,7 +89,7 @@ def translate_pieces(
             return_scores=True,
             max_input_length=0,
             max_decoding_length=length - 1 + max_len_b - 1,
-            min_decoding_length=0,
+            min_decoding_length=min_len,
         )
         for i, result in zip(rows, results, strict=True):
             best = max(
@@ -104,6 +107,7 @@ def translate_ctranslate2(
     beam: int = 4,
     lenpen: float = 0.6,
     max_len_b: int = 50,
+    min_len: int = 0,
 ) -> list[str]:
     """Translations of sentences through CTranslate2; an empty line gives ''."""
     encoded = tokenizer.encode(list(sentences))
@@ -115,6 +119,7 @@ def translate_ctranslate2(
         beam,
         lenpen,
         max_len_b,
+        min_len=min_len,
     )
     out = [""] * len(encoded)
     for i, text in zip(nonempty, tokenizer.decode(hyps), strict=True):

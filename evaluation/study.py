@@ -63,7 +63,8 @@ LEFT_OUT = {"joined": ("none", "learned_shape"), "short": ("learned_shape",)}
 KS = (1, 2, 3, 4)
 CONCAT_SPLITS = ("test", "validation")
 TABLE3_EVAL = "test-last-beam4"
-BEAM, LENPEN = 4, 0.6
+# The paper's search (§6.1): beam 4, alpha 0.6; EOS may come first (min_len 0), as tensor2tensor
+SEARCH = {"beam": 4, "lenpen": 0.6, "min_len": 0}
 BUCKET_WIDTH = 5
 STUDY_FILE = "study.json"
 POOLED = "+".join(CONCAT_SPLITS)  # test + validation scored together
@@ -239,11 +240,19 @@ def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
     return sets
 
 
+def search_of(record: dict) -> dict:
+    """An eval JSON's search settings (one written before min_len existed searched with 0)."""
+    return {key: record.get(key, 0 if key == "min_len" else None) for key in SEARCH}
+
+
 def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
-    """Whether an eval JSON scores the run's final step (its `step`, else newer than last.pt)."""
+    """Whether an eval JSON scores the run's final step (its `step`, else newer than last.pt)
+    with the study's search."""
     if not path.is_file():
         return False
     record = read_json(path)
+    if search_of(record) != SEARCH:
+        return False
     if "step" in record:
         return int(record["step"]) == int(step)
     last = run_dir / "checkpoints" / "last.pt"
@@ -251,7 +260,7 @@ def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
 
 
 def evaluate_overrides(run_dir: Path, name: str, precision: str, source: dict | None) -> list[str]:
-    """evaluate.py's overrides for one evaluation: beam 4, alpha 0.6, last checkpoint."""
+    """evaluate.py's overrides for one evaluation: the study's SEARCH, last checkpoint."""
     where = (
         ["split=test"]
         if source is None
@@ -265,8 +274,7 @@ def evaluate_overrides(run_dir: Path, name: str, precision: str, source: dict | 
         *where,
         f"name={name}",
         "checkpoint=last",
-        f"beam={BEAM}",
-        f"lenpen={LENPEN}",
+        *(f"{key}={value}" for key, value in SEARCH.items()),
         f"precision={precision}",
         "long_inputs=skip",
     ]
@@ -314,7 +322,7 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
     study_path = job.run_dir / STUDY_FILE
     if study_path.is_file():
         record = read_json(study_path)
-        if record.get("step") == step:
+        if record.get("step") == step and record.get("search") == SEARCH:
             say(f"  {job.label}: scored at step {step}, not scored again")
             return record
     config = stored_config(job.run_dir)
@@ -358,6 +366,7 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
         "seed": job.seed,
         "run_dir": str(job.run_dir),
         "step": step,
+        "search": SEARCH,
         "precision": precision,
         "train_cleaning": read_json(job.run_dir / "data.json").get("train_cleaning"),
         "dev_ppl": field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
@@ -512,8 +521,8 @@ def scored_runs(root: Path) -> tuple[list[dict], list[str]]:
                 unscored.append(label)
                 continue
             record = read_json(path)
-            if record.get("step") != metrics.get("steps"):
-                unscored.append(label)
+            if record.get("step") != metrics.get("steps") or record.get("search") != SEARCH:
+                unscored.append(label)  # scored before its last step, or with another search
                 continue
             for key in ("condition", "variant", "seed", "step", "test", "concat", "by_bucket"):
                 field(record, key, path)
@@ -610,7 +619,8 @@ def seeds_cell(diff: dict) -> str:
 def table3_markdown(result: dict) -> str:
     """Table 3 (E) extended: per variant mean ± std [95% interval] and the paired differences."""
     lines = [
-        f"# Table 3 (E) extended: test_2016_flickr, beam {BEAM}, alpha {LENPEN}, last checkpoint",
+        f"# Table 3 (E) extended: test_2016_flickr, beam {SEARCH['beam']}, alpha "
+        f"{SEARCH['lenpen']}, last checkpoint",
         "",
         "| variant | seeds | steps | dev PPL | sacreBLEU | chrF | tok. BLEU | paper PPL "
         "| paper BLEU |",
@@ -724,8 +734,7 @@ def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
     return {
         "splits": list(CONCAT_SPLITS),
         "ks": list(KS),
-        "beam": BEAM,
-        "lenpen": LENPEN,
+        **SEARCH,
         "runs": sorted(rows, key=lambda r: (r["condition"], r["variant"], r["k"], r["seed"])),
         "summary": summary,
         "differences": differences,

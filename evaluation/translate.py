@@ -24,10 +24,12 @@ def translate(
     max_len_b: int = 50,
     max_tokens: int = 4096,
     bf16: bool = False,
+    min_len: int = 0,
 ) -> list[str]:
     """Translations of sentences, batched by length; beam 1 is greedy; an empty line gives ''.
 
-    bf16: search under bf16 autocast (scores still summed in float32).
+    bf16: search under bf16 autocast (scores still summed in float32). min_len: the fewest
+    output subwords before EOS (model/search.py).
     """
     model.eval()
     encoded = tokenizer.encode(list(sentences))
@@ -41,7 +43,7 @@ def translate(
         src = collate(examples, pad_id=PAD_ID, bos_id=BOS_ID)["src"]
         src = src.to(device)  # [B, S]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b)
+            hyps = beam_search(model, src, BOS_ID, EOS_ID, beam, lenpen, max_len_b, min_len)
         for i, text in zip(batch, tokenizer.decode(hyps), strict=True):
             out[nonempty[i]] = text
     return out

@@ -3,6 +3,8 @@
 The paper: beam size 4, length penalty alpha = 0.6 (Wu et al. 2016, GNMT), maximum output
 length = input length + 50, early termination. Lengths here count subwords: a source's length
 excludes its EOS, and an output's length includes the EOS that ends it (as tensor2tensor).
+As tensor2tensor's (the paper's), EOS may come first and give an empty output; min_len > 0
+forbids EOS until that many subwords are out (fairseq's --min-len, 1 by default there).
 """
 
 import torch
@@ -36,9 +38,25 @@ def _force_eos(scores: torch.Tensor, at_limit: torch.Tensor, eos_id: int) -> tor
     return scores.masked_fill(at_limit[:, None] & not_eos[None, :], float("-inf"))
 
 
+def _ban_early_eos(
+    scores: torch.Tensor, step: int, min_len: int, at_limit: torch.Tensor, eos_id: int
+) -> torch.Tensor:
+    """Scores [N, V] with EOS at -inf, while under min_len subwords, in rows not at the limit."""
+    if step >= min_len:
+        return scores
+    ban = torch.zeros_like(scores, dtype=torch.bool)  # [N, V]
+    ban[:, eos_id] = ~at_limit
+    return scores.masked_fill(ban, float("-inf"))
+
+
 @torch.inference_mode()
 def greedy_search(
-    model: Transformer, src: torch.Tensor, bos_id: int, eos_id: int, max_len_b: int = 50
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    max_len_b: int = 50,
+    min_len: int = 0,
 ) -> list[list[int]]:
     """The most probable next token at every step, for sources src [B, S]; EOS stripped."""
     memory, src_keep = model.encode(src)
@@ -49,7 +67,9 @@ def greedy_search(
     done = torch.zeros(batch, dtype=torch.bool, device=src.device)
     for step in range(int(max_lens.max())):
         logits = model.decode(tokens[:, -1:], None, src_keep, cache, offset=step)[:, -1]
-        logits = _force_eos(logits, step + 1 >= max_lens, eos_id)  # [B, V]
+        at_limit = step + 1 >= max_lens  # [B]
+        logits = _ban_early_eos(logits, step, min_len, at_limit, eos_id)
+        logits = _force_eos(logits, at_limit, eos_id)  # [B, V]
         next_token = logits.argmax(-1).masked_fill(done, eos_id)  # [B], argmax of log P
         tokens = torch.cat((tokens, next_token[:, None]), dim=1)  # [B, step + 2]
         done |= next_token == eos_id
@@ -71,6 +91,7 @@ def beam_search(
     beam_size: int = 4,
     alpha: float = 0.6,
     max_len_b: int = 50,
+    min_len: int = 0,
 ) -> list[list[int]]:
     """The best hypothesis by log P(Y) / lp(Y) for each source in src [B, S]; EOS stripped.
 
@@ -79,10 +100,10 @@ def beam_search(
     best finished hypotheses (by normalized score), the K best others live on. A sentence stops
     when no live beam can beat its best finished one (log-probabilities only fall, so a live
     beam can at best reach its log P / lp(max length)) and then leaves the batch. A beam of one
-    is greedy search.
+    is greedy search. min_len: see the module docstring.
     """
     if beam_size == 1:
-        return greedy_search(model, src, bos_id, eos_id, max_len_b)
+        return greedy_search(model, src, bos_id, eos_id, max_len_b, min_len)
     k = beam_size
     memory, src_keep = model.encode(src)
     max_lens = max_output_lengths(src_keep, max_len_b)  # [N]
@@ -102,7 +123,9 @@ def beam_search(
         n = alive.size(0)
         logits = model.decode(alive[:, :, -1].reshape(-1, 1), None, src_keep, cache, offset=step)
         logp = logits[:, -1].log_softmax(-1, dtype=torch.float32)  # [N * K, V]
-        logp = _force_eos(logp, (step + 1 >= max_lens).repeat_interleave(k), eos_id)
+        at_limit = (step + 1 >= max_lens).repeat_interleave(k)  # [N * K]
+        logp = _ban_early_eos(logp, step, min_len, at_limit, eos_id)
+        logp = _force_eos(logp, at_limit, eos_id)
         vocab = logp.size(-1)
         candidates = (alive_logp[:, :, None] + logp.view(n, k, vocab)).view(n, k * vocab)
         top_logp, top_index = candidates.topk(2 * k, dim=1)  # [N, 2K], best first

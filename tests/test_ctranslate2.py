@@ -144,16 +144,19 @@ def test_evaluate_engine_ctranslate2_greedy_identical_and_beam_four_scored(train
     src, ref = toy_files
     runs = {}
     for engine in ("ours", "ctranslate2"):
-        for beam in (1, 4):
-            name = f"toy-{engine}-beam{beam}"
+        for beam, min_len in ((1, 0), (4, 0), (1, 12)):
+            name = f"toy-{engine}-beam{beam}-min{min_len}"
             overrides = [f"src_file={src}", f"ref_file={ref}", f"name={name}", f"beam={beam}"]
+            overrides.append(f"min_len={min_len}")
             scores = evaluate(eval_config(trained_run, f"engine={engine}", *overrides))
-            assert scores["engine"] == engine
+            assert (scores["engine"], scores["min_len"]) == (engine, min_len)
             hyps = (trained_run / "eval" / f"{name}.hyp").read_text().splitlines()
-            runs[engine, beam] = scores, hyps
-    assert runs["ctranslate2", 1][1] == runs["ours", 1][1]
-    assert runs["ctranslate2", 1][0]["bleu"] == runs["ours", 1][0]["bleu"]
-    ours, theirs = runs["ours", 4], runs["ctranslate2", 4]
+            runs[engine, beam, min_len] = scores, hyps
+    for min_len in (0, 12):  # greedy, and greedy with EOS barred before 12 subwords
+        assert runs["ctranslate2", 1, min_len][1] == runs["ours", 1, min_len][1]
+        assert runs["ctranslate2", 1, min_len][0]["bleu"] == runs["ours", 1, min_len][0]["bleu"]
+    assert runs["ours", 1, 12][1] != runs["ours", 1, 0][1]
+    ours, theirs = runs["ours", 4, 0], runs["ctranslate2", 4, 0]
     same = sum(a == b for a, b in zip(ours[1], theirs[1], strict=True))
     print(f"beam 4 BLEU: ours {ours[0]['bleu']}, CTranslate2 {theirs[0]['bleu']}; {same} identical")
     assert abs(ours[0]["bleu"] - theirs[0]["bleu"]) < 2.0

@@ -642,6 +642,11 @@ CASES = {
         lambda r: [f"run_dir={r / 'run'}", "max_len_b=100000"],
         ["max_len_b=100000", "max_input_len=1024"],
     ),
+    "min_len above max_len_b": (
+        "evaluate",
+        lambda r: [f"run_dir={r / 'run'}", "min_len=60"],
+        ["min_len=60", "max_len_b=50"],
+    ),
     "a 100k-character source line": (
         "evaluate",
         lambda r: [f"run_dir={r / 'run'}", f"src_file={r / 'long_line.en'}"],

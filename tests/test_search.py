@@ -1,4 +1,4 @@
-"""Greedy and beam search: beam 1 is greedy, the GNMT penalty, the length limit."""
+"""Greedy and beam search: beam 1 is greedy, the GNMT penalty, the length limits."""
 
 import torch
 
@@ -24,9 +24,12 @@ def test_length_penalty_is_gnmts():
 
 
 @torch.no_grad()
-def reference_greedy(model, src: torch.Tensor, max_len_b: int) -> list[list[int]]:
+def reference_greedy(
+    model, src: torch.Tensor, max_len_b: int, min_len: int = 0, eos: int = EOS
+) -> list[list[int]]:
     """Greedy decoding the slow, obvious way: one sentence at a time, no cache, the whole
-    prefix re-decoded teacher-forced at every step, EOS forced at source length + max_len_b."""
+    prefix re-decoded teacher-forced at every step, EOS forced at source length + max_len_b,
+    and barred before min_len subwords unless at that limit."""
     out = []
     for row in src:
         one = row[row != 0][None]  # [1, S]: this sentence alone, no padding
@@ -34,8 +37,10 @@ def reference_greedy(model, src: torch.Tensor, max_len_b: int) -> list[list[int]
         prefix = [BOS]
         while len(prefix) <= limit:
             logits = model(one, torch.tensor([prefix]))[0, -1]  # [V]
-            token = EOS if len(prefix) == limit else int(logits.argmax())
-            if token == EOS:
+            if len(prefix) - 1 < min_len:
+                logits[eos] = float("-inf")
+            token = eos if len(prefix) == limit else int(logits.argmax())
+            if token == eos:
                 break
             prefix.append(token)
         out.append(prefix[1:])
@@ -49,6 +54,26 @@ def test_beam_one_is_greedy(position_yaml):
         expected = reference_greedy(model, src, max_len_b)
         assert beam_search(model, src, BOS, EOS, 1, 0.6, max_len_b) == expected
         assert greedy_search(model, src, BOS, EOS, max_len_b) == expected
+
+
+def test_min_len_bars_eos_until_that_many_subwords_but_never_past_the_limit(position_yaml):
+    model = tiny_model(position_yaml, max_positions=64).eval()
+    src = sources()
+    # An untrained model rarely ends early; call its most frequent first output "EOS" instead,
+    # so that unbarred search ends some outputs at once
+    firsts = [(hyp or [EOS])[0] for hyp in greedy_search(model, src, BOS, EOS, 2)]
+    eos = max(set(firsts), key=firsts.count)
+    limits = max_output_lengths(src != 0, 2).tolist()  # 2 more than the source's subwords
+    unbarred = reference_greedy(model, src, 2, eos=eos)
+    assert min(len(h) for h in unbarred) == 0
+    for min_len in (3, 20):  # below every limit, and above every limit (the limit wins)
+        expected = reference_greedy(model, src, 2, min_len, eos)
+        assert expected != unbarred
+        assert greedy_search(model, src, BOS, eos, 2, min_len) == expected
+        assert beam_search(model, src, BOS, eos, 1, 0.6, 2, min_len) == expected
+        beam = beam_search(model, src, BOS, eos, 4, 0.6, 2, min_len)
+        for hyp, limit in zip(beam, limits, strict=True):
+            assert min(min_len, limit - 1) <= len(hyp) <= limit - 1
 
 
 def test_output_length_is_bounded_by_source_plus_b(position_yaml):
@@ -77,11 +102,14 @@ def test_beam_search_is_independent_of_batch_neighbours(position_yaml):
 
 
 class MarkovModel:
-    """A stand-in decoder whose next-token distribution depends only on the last token."""
+    """A stand-in decoder whose next-token distribution depends only on the last token (EOS
+    after a token the table does not list, so that no row is all -inf)."""
 
     def __init__(self, table: dict[int, dict[int, float]], vocab: int = 6):
         self.logp = torch.full((vocab, vocab), float("-inf"))
+        self.logp[:, EOS] = 0.0
         for prev, nexts in table.items():
+            self.logp[prev, EOS] = float("-inf")
             for token, p in nexts.items():
                 self.logp[prev, token] = torch.tensor(p).log()
 
@@ -104,6 +132,17 @@ def test_beam_search_escapes_the_greedy_trap():
     src = torch.tensor([[a, a, EOS]])
     assert greedy_search(model, src, BOS, EOS) == [[a]]
     assert beam_search(model, src, BOS, EOS, beam_size=2) == [[b]]
+
+
+def test_empty_output_is_allowed_unless_min_len_bars_it():
+    a, b = 4, 5
+    # EOS first has P = 0.7: the paper's search (tensor2tensor's) returns an empty output
+    model = MarkovModel({BOS: {EOS: 0.7, a: 0.3}, a: {EOS: 0.9, b: 0.1}, b: {EOS: 1.0}})
+    src = torch.tensor([[a, a, EOS]])
+    for beam in (1, 2):
+        assert beam_search(model, src, BOS, EOS, beam) == [[]]
+        assert beam_search(model, src, BOS, EOS, beam, min_len=1) == [[a]]
+        assert beam_search(model, src, BOS, EOS, beam, min_len=2) == [[a, b]]
 
 
 def test_length_penalty_can_prefer_a_longer_hypothesis():

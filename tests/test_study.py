@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import shutil
 import statistics
 
 import pytest
@@ -14,6 +15,7 @@ from evaluation.study import (
     CONDITIONS,
     KS,
     POOLED,
+    SEARCH,
     STUDY_FILE,
     StudyError,
     bucket_markdown,
@@ -71,7 +73,7 @@ def test_experiments_differ_only_in_their_condition():
     base = OmegaConf.to_container(compose_config([f"experiment={CONDITIONS['all']}"]))
     assert base["trainer"]["max_steps"] == 2000 and base["trainer"]["max_minutes"] is None
     assert base["trainer"]["precision"] == "fp32" and base["data"]["train_join_share"] is None
-    expected = {"joined": {"train_join_share": 0.5}, "short": {"train_max_src_words": 10}}
+    expected = {"joined": {"train_join_share": 0.2}, "short": {"train_max_src_words": 10}}
     for condition, keys in expected.items():
         cfg = OmegaConf.to_container(compose_config([f"experiment={CONDITIONS[condition]}"]))
         assert {k: cfg["data"].get(k) for k in keys} == keys
@@ -174,6 +176,39 @@ def test_second_call_skips_finished_runs_and_scores(study):
     assert any("not trained again" in line for line in lines)
     assert any("not scored again" in line for line in lines)
     assert before == {p: p.stat().st_mtime_ns for p in before if p.exists()}
+
+
+def test_a_record_of_another_search_is_rescored_not_mixed(study, tmp_path):
+    """A study.json without the study's search is left out of a report until `run` rescores it;
+    an eval JSON of another search is evaluated again, one from before min_len is kept."""
+    root, overrides, _, _ = study
+    copy = tmp_path / "study"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("short"))
+    runs = {v: copy / "all" / v / "seed-1" for v in ("sinusoidal", "learned")}
+    for variant, run_dir in runs.items():
+        record = json.loads((run_dir / STUDY_FILE).read_text())
+        assert record["search"] == SEARCH == {"beam": 4, "lenpen": 0.6, "min_len": 0}
+        del record["search"]  # as written before the search was recorded
+        (run_dir / STUDY_FILE).write_text(json.dumps(record))
+        for path in (run_dir / "eval").glob("*.json"):
+            scores = json.loads(path.read_text())
+            del scores["min_len"]  # as evaluate.py wrote before min_len: EOS could come first
+            if variant == "sinusoidal" and path.stem == "test-last-beam4":
+                scores["min_len"] = 1
+            path.write_text(json.dumps(scores))
+    assert scored_runs(copy) == ([], ["all/learned/seed-1", "all/sinusoidal/seed-1"])
+    lines = []
+    records = run_study(copy, ["all"], ["sinusoidal", "learned"], [1], 1, overrides, lines.append)
+    said = [line.split(": evaluated ") for line in lines]
+    evaluated = [parts[1].split(" (")[0] for parts in said if len(parts) == 2]
+    assert evaluated == ["test-last-beam4"] and "not scored again" not in " ".join(lines)
+    assert "all/sinusoidal/seed-1: evaluated" in " ".join(lines)
+    assert [r["search"] for r in records] == [SEARCH, SEARCH]
+    assert (
+        json.loads((runs["sinusoidal"] / "eval" / "test-last-beam4.json").read_text())["min_len"]
+        == 0
+    )
+    assert len(scored_runs(copy)[0]) == 2
 
 
 def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path, caplog):
