@@ -231,24 +231,33 @@ def corpus_identity(run: Run) -> tuple[str, str]:
     return json.dumps(corpus, sort_keys=True, default=str), str(run.scores.get("tokenizer_sha256"))
 
 
-def check_poolable(runs: list[Run]) -> None:
-    """CompareError unless every run was scored on one corpus with one tokenizer.
+def search_identity(run: Run) -> str:
+    """How a run's evaluation searched: engine, beam, length penalty and length limits.
 
-    Perplexity per subword and BLEU on different sentences do not compare: such runs are never
-    pooled into one table.
+    An eval JSON written before min_len existed searched with min_len 0 (EOS could come first).
+    """
+    keys = {"engine": "ours", "beam": None, "lenpen": None, "max_len_b": None, "min_len": 0}
+    return json.dumps({k: run.scores.get(k, default) for k, default in keys.items()})
+
+
+def check_poolable(runs: list[Run]) -> None:
+    """CompareError unless every run was scored on one corpus with one tokenizer and one search.
+
+    Perplexity per subword and BLEU on different sentences, or BLEU of different searches, do
+    not compare: such runs are never pooled into one table.
     """
     first = runs[0]
     for run in runs[1:]:
         for what, a, b in zip(
-            ("corpus or evaluation split", "tokenizer"),
-            corpus_identity(first),
-            corpus_identity(run),
+            ("corpus or evaluation split", "tokenizer", "search setting"),
+            (*corpus_identity(first), search_identity(first)),
+            (*corpus_identity(run), search_identity(run)),
             strict=True,
         ):
             if a != b:
                 raise CompareError(
                     f"{first.path} and {run.path} were scored with different {what}s "
-                    f"({a[:80]} vs {b[:80]}): compare runs of one corpus and tokenizer"
+                    f"({a[:80]} vs {b[:80]}): compare runs of one corpus, tokenizer and search"
                 )
 
 

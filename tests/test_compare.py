@@ -259,6 +259,19 @@ def test_runs_of_other_corpora_or_tokenizers_are_never_pooled(tmp_path, capsys, 
     assert "different corpus or evaluation splits" in err
 
 
+def test_runs_of_another_search_are_never_pooled(tmp_path, capsys, toy_validation):
+    make_run(tmp_path, "SinusoidalPositionEncoding", 1, toy_validation)
+    other = make_run(tmp_path, "LearnedPositionEncoding", 1, toy_validation)[0]
+    scores_path = other / "eval" / "validation-last-beam4.json"
+    scores = json.loads(scores_path.read_text())
+    assert "min_len" not in scores  # as written before min_len: 0, so the two pool
+    main([str(tmp_path), "--resamples", "0"])
+    scores["min_len"] = 1  # no empty translation: another search
+    scores_path.write_text(json.dumps(scores))
+    err = error_of(capsys, tmp_path, "--resamples", "0")
+    assert "different search settings" in err and '"min_len": 1' in err
+
+
 def test_compare_reads_a_real_run(trained_run, tmp_path):
     from evaluate import evaluate
 
