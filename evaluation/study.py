@@ -954,6 +954,12 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     missing = missing_runs(records, root)
     echo(f"report: {len(records)} scored runs; {len(missing)} planned runs missing")
+    if unscored:
+        echo(
+            f"report: {len(unscored)} run folders left out, unfinished or not scored at their "
+            f"last step with the study's search {SEARCH} (`python scripts/study.py run` trains "
+            f"or scores them): {', '.join(unscored)}"
+        )
     table = table3(records, out, resamples)
     concat = concat_table(records)
     write_json(out / "concat.json", concat)

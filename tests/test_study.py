@@ -209,6 +209,12 @@ def test_a_record_of_another_search_is_rescored_not_mixed(study, tmp_path):
         == 0
     )
     assert len(scored_runs(copy)[0]) == 2
+    record = json.loads((runs["learned"] / STUDY_FILE).read_text())
+    (runs["learned"] / STUDY_FILE).write_text(json.dumps(record | {"search": {"beam": 5}}))
+    said = []
+    report = write_report(copy, tmp_path / "report", resamples=0, echo=said.append)
+    assert [r["variant"] for r in report["runs"]] == ["sinusoidal"]
+    assert any("left out" in line and "all/learned/seed-1" in line for line in said)
 
 
 def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path, caplog):
