@@ -231,13 +231,14 @@ def corpus_identity(run: Run) -> tuple[str, str]:
     return json.dumps(corpus, sort_keys=True, default=str), str(run.scores.get("tokenizer_sha256"))
 
 
-def search_identity(run: Run) -> str:
-    """How a run's evaluation searched: engine, beam, length penalty and length limits.
+def search_settings(scores: dict) -> dict:
+    """How an eval JSON's search ran: engine, beam, length penalty and length limits.
 
-    An eval JSON written before min_len existed searched with min_len 0 (EOS could come first).
+    One written before min_len existed searched with min_len 0 (EOS could come first), and
+    before engine existed with ours.
     """
     keys = {"engine": "ours", "beam": None, "lenpen": None, "max_len_b": None, "min_len": 0}
-    return json.dumps({k: run.scores.get(k, default) for k, default in keys.items()})
+    return {key: scores.get(key, default) for key, default in keys.items()}
 
 
 def check_poolable(runs: list[Run]) -> None:
@@ -250,8 +251,8 @@ def check_poolable(runs: list[Run]) -> None:
     for run in runs[1:]:
         for what, a, b in zip(
             ("corpus or evaluation split", "tokenizer", "search setting"),
-            (*corpus_identity(first), search_identity(first)),
-            (*corpus_identity(run), search_identity(run)),
+            (*corpus_identity(first), json.dumps(search_settings(first.scores))),
+            (*corpus_identity(run), json.dumps(search_settings(run.scores))),
             strict=True,
         ):
             if a != b:

@@ -240,18 +240,15 @@ def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
     return sets
 
 
-def search_of(record: dict) -> dict:
-    """An eval JSON's search settings (one written before min_len existed searched with 0)."""
-    return {key: record.get(key, 0 if key == "min_len" else None) for key in SEARCH}
-
-
 def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
     """Whether an eval JSON scores the run's final step (its `step`, else newer than last.pt)
     with the study's search."""
     if not path.is_file():
         return False
+    from evaluation.compare import search_settings
+
     record = read_json(path)
-    if search_of(record) != SEARCH:
+    if {key: search_settings(record)[key] for key in SEARCH} != SEARCH:
         return False
     if "step" in record:
         return int(record["step"]) == int(step)

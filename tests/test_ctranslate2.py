@@ -146,8 +146,8 @@ def test_evaluate_engine_ctranslate2_greedy_identical_and_beam_four_scored(train
     for engine in ("ours", "ctranslate2"):
         for beam, min_len in ((1, 0), (4, 0), (1, 12)):
             name = f"toy-{engine}-beam{beam}-min{min_len}"
-            overrides = [f"src_file={src}", f"ref_file={ref}", f"name={name}", f"beam={beam}"]
-            overrides.append(f"min_len={min_len}")
+            overrides = [f"src_file={src}", f"ref_file={ref}", f"name={name}"]
+            overrides += [f"beam={beam}", f"min_len={min_len}"]
             scores = evaluate(eval_config(trained_run, f"engine={engine}", *overrides))
             assert (scores["engine"], scores["min_len"]) == (engine, min_len)
             hyps = (trained_run / "eval" / f"{name}.hyp").read_text().splitlines()
