@@ -34,6 +34,7 @@ from data.errors import report_user_errors
 from data.files import write_json
 from data.run_record import end_segment, read_segments, start_segment
 from data.tokenizer import BOS_ID, PAD_ID
+from evaluation.flops import machine_description
 from evaluation.perplexity import perplexity
 from evaluation.translate import translate
 from model.checkpoint import (
@@ -440,7 +441,11 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     )
     resume(state, resumed, data, cfg, main_rank)
     prior_seconds = resumed.get("wall_seconds", 0.0) if resumed else 0.0  # earlier segments'
-    segment = start_segment(run_dir, state.step, launch_overrides(), changes) if main_rank else None
+    segment = (
+        start_segment(run_dir, state.step, launch_overrides(), changes, machine_description(device))
+        if main_rank
+        else None
+    )
     run_info = {
         "config": stored_config(cfg),
         "choices": choices,

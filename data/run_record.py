@@ -1,9 +1,10 @@
 """A run's own record of how it was trained: one entry per launch (segment) in segments.json.
 
 Hydra's `.hydra/overrides.yaml` holds the latest launch only; `<run_dir>/segments.json` keeps
-every segment: when and where it ran, its command-line overrides, the settings it changed
-from the checkpoint it resumed (only those that leave the training as it was), the steps it
-covered and how it ended. Written atomically by the process holding the run's lock.
+every segment: when and where it ran (host and hardware), its command-line overrides, the
+settings it changed from the checkpoint it resumed (only those that leave the training as it
+was), the steps it covered and how it ended. Written atomically by the process holding the
+run's lock.
 """
 
 import json
@@ -41,6 +42,7 @@ def start_segment(
     start_step: int,
     overrides: list[str] | None,
     changes: list[str],
+    hardware: str | None = None,
 ) -> int:
     """Append the entry of the segment starting now; return its index."""
     segments = read_segments(run_dir)
@@ -50,6 +52,7 @@ def start_segment(
             "started": _now(),
             "ended": None,
             "host": socket.gethostname(),
+            "hardware": hardware,
             "pid": os.getpid(),
             "cwd": os.getcwd(),
             "overrides": overrides,

@@ -96,6 +96,19 @@ def hardware_name(device) -> str:
     return names[0] if names else platform.machine()
 
 
+def machine_description(device) -> str:
+    """What trained or measured: hardware name, a CPU's bf16-relevant flags, torch version.
+
+    Float32 kernels differ between CPU generations (AVX2 vs AVX-512), so runs of one seed on
+    two machines agree only up to rounding, and their trajectories drift apart from there.
+    """
+    import torch
+
+    flags = cpu_flags() if device.type == "cpu" else []
+    extra = f" ({', '.join(flags)})" if flags else ""
+    return f"{hardware_name(device)}{extra}, torch {torch.__version__}"
+
+
 def synchronized_time(device) -> float:
     """time.perf_counter() after the device has finished its queued work."""
     import torch

@@ -16,13 +16,21 @@ alpha 0.6, last checkpoint, the precision the run trained in):
 - BLEU per source-length bucket (words, one bucket ending at L) on test + validation (k = 1).
 
 Each run's numbers go to ``<run_dir>/study.json`` with the step they belong to; a run whose
-study.json matches its final step is not scored again. ``write_report`` turns every scored run
-into the tables, JSON and plots of ``results/<study>/`` (README "The study").
+study.json matches its final step is not scored again. A scored run's record (what the report
+reads: its config, metrics, data.json, study.json, segments.json, the Table 3 evaluation with
+its translations, train.log and tensorboard events; no checkpoints) is kept in the record
+store, ``results/pe_study/runs/<condition>/<variant>/seed-<s>/``, which is committed: a run
+recorded there is not trained again, even on a machine that lacks its run folder, and the
+report can be rebuilt from the store alone. A record whose training config differs from the
+one the study would train now is refused, each setting named, rather than mixed in.
+``write_report`` turns every scored run into the tables, JSON and plots of ``results/<study>/``
+(README "The study").
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -67,6 +75,19 @@ TABLE3_EVAL = "test-last-beam4"
 SEARCH = {"beam": 4, "lenpen": 0.6, "min_len": 0}
 BUCKET_WIDTH = 5
 STUDY_FILE = "study.json"
+# The committed store of scored runs (the report's default input) and what a record keeps of a run
+RECORDS = ROOT / "results" / "pe_study" / "runs"
+RECORD_FILES = (
+    ".hydra/config.yaml",
+    "metrics.json",
+    "data.json",
+    STUDY_FILE,
+    "segments.json",
+    f"eval/{TABLE3_EVAL}.json",
+    f"eval/{TABLE3_EVAL}.hyp",
+    "train.log",
+)
+RECORD_FOLDERS = ("tensorboard",)
 POOLED = "+".join(CONCAT_SPLITS)  # test + validation scored together
 
 
@@ -310,6 +331,13 @@ def bucket_scores(srcs: list[str], hyps: list[str], refs: list[str], max_words: 
     return [{k: row[k] for k in ("bucket", "low", "high", "beyond", "n", "bleu")} for row in rows]
 
 
+def trained_on(run_dir: Path) -> list[str]:
+    """The machines a run's segments trained on (segments.json; "unrecorded" where it lacks one)."""
+    from data.run_record import read_segments
+
+    return sorted({s.get("hardware") or "unrecorded" for s in read_segments(run_dir)})
+
+
 def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> dict:
     """Evaluate one finished run (what is not current yet) and write its study.json."""
     from data.corpus import data_identity
@@ -368,6 +396,7 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
         "train_cleaning": read_json(job.run_dir / "data.json").get("train_cleaning"),
         "dev_ppl": field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
         "wall_seconds": metrics.get("wall_seconds"),
+        "hardware": trained_on(job.run_dir),
         "test": {
             "eval": TABLE3_EVAL,
             **{key: field(table3, key, table3_path) for key in ("bleu", "chrf", "n_sentences")},
@@ -382,6 +411,60 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
     test = record["test"]
     say(f"  {job.label}: test sacreBLEU {test['bleu']:.2f}, chrF {test['chrf']:.2f}")
     return record
+
+
+def current_record(run_dir: Path) -> dict | None:
+    """study.json of a finished run scored at its final step with the study's search, else None."""
+    metrics = finished_metrics(run_dir)
+    path = run_dir / STUDY_FILE
+    if metrics is None or not path.is_file():
+        return None
+    record = read_json(path)
+    if record.get("step") != metrics.get("steps") or record.get("search") != SEARCH:
+        return None
+    return record
+
+
+def record_mismatch(job: Job, record_dir: Path, overrides: Sequence[str]) -> list[str]:
+    """'key: recorded -> now' for each training setting of a record that the study would change."""
+    from model.resume import setting_differences
+
+    wanted = OmegaConf.to_container(compose_config(train_overrides(job, overrides)), resolve=True)
+    stored = OmegaConf.to_container(stored_config(record_dir), resolve=True)
+    refused, _ = setting_differences(stored, wanted)
+    return refused
+
+
+def recorded(job: Job, records: Path, overrides: Sequence[str]) -> dict | None:
+    """The store's current record of a job (None: not recorded), refused if its config differs."""
+    record_dir = run_dir_of(records, job.condition, job.variant, job.seed)
+    record = current_record(record_dir)
+    if record is None:
+        return None
+    changed = record_mismatch(job, record_dir, overrides)
+    if changed:
+        raise StudyError(
+            f"{record_dir} was trained with other settings than the study's now "
+            f"({'; '.join(changed)}): restore them, or delete that record to train the run again"
+        )
+    return record
+
+
+def keep_record(run_dir: Path, record_dir: Path) -> None:
+    """Copy what the report reads of a scored run (RECORD_FILES, RECORD_FOLDERS) to record_dir."""
+    if run_dir.resolve() == record_dir.resolve():
+        return
+    staging = record_dir.with_name(record_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for name in RECORD_FILES:
+        if (run_dir / name).is_file():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run_dir / name, staging / name)
+    for name in RECORD_FOLDERS:
+        if (run_dir / name).is_dir():
+            shutil.copytree(run_dir / name, staging / name)
+    shutil.rmtree(record_dir, ignore_errors=True)
+    staging.rename(record_dir)  # a record appears whole or not at all
 
 
 def last_step_line(log_path: Path) -> str | None:
@@ -408,7 +491,9 @@ class Console:
             self.echo(line)
 
 
-def job_command(job: Job, root: Path, overrides: Sequence[str]) -> list[str]:
+def job_command(
+    job: Job, root: Path, overrides: Sequence[str], records: Path | None = None
+) -> list[str]:
     """`python scripts/study.py run` for this one run (what --jobs N starts N of at a time)."""
     return [
         sys.executable,
@@ -422,19 +507,26 @@ def job_command(job: Job, root: Path, overrides: Sequence[str]) -> list[str]:
         str(job.seed),
         "--root",
         str(root),
+        "--records",
+        "none" if records is None else str(records),
         "--",
         *overrides,
     ]
 
 
-def run_in_process(job: Job, root: Path, overrides: Sequence[str], say) -> None:
+def run_in_process(
+    job: Job, root: Path, overrides: Sequence[str], records: Path | None, say
+) -> None:
     """Start one run's own study process (one thread); every minute, say its last step."""
     log_path = job.run_dir / "study.out"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            job_command(job, root, overrides), stdout=log, stderr=subprocess.STDOUT, env=env
+            job_command(job, root, overrides, records),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
         shown = None
         while True:
@@ -458,32 +550,46 @@ def run_study(
     jobs: int = 1,
     overrides: Sequence[str] = (),
     echo: Callable[[str], None] = print,
+    records: Path | None = None,
 ) -> list[dict]:
     """Train (or resume, or skip) and score every planned run; return their study records.
 
     jobs 1: one run after the other in this process; jobs N: N runs at a time, each in its own
     `scripts/study.py run` process. A run that fails is reported and the others go on; a
-    StudyError at the end names the failed ones.
+    StudyError at the end names the failed ones. records: the record store (None: none); a run
+    recorded there is skipped, a run scored here is recorded there.
     """
     if int(jobs) < 1:
         raise StudyError(f"--jobs {jobs}: pass 1 or more parallel runs")
     root = Path(root).absolute()
+    records = None if records is None else Path(records).absolute()
     planned = planned_jobs(root, conditions, variants, seeds)
     for condition in conditions:  # a bad override fails here, once, not in every run
         compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
     max_words = condition_max_words("short")
     say = Console(echo)
-    say(f"study: {len(planned)} runs in {root}, {jobs} at a time")
+    kept = "" if records is None else f", records kept in {records}"
+    say(f"study: {len(planned)} runs in {root}, {jobs} at a time{kept}")
     failures: list[str] = []
+    done: dict[str, dict] = {}
 
     def one(number: int, job: Job) -> None:
         say(f"[{number}/{len(planned)}] {job.label}")
+        record_dir = (
+            None if records is None else run_dir_of(records, job.condition, job.variant, job.seed)
+        )
         try:
-            if int(jobs) > 1:
-                run_in_process(job, root, overrides, say)
+            if records is not None and (record := recorded(job, records, overrides)):
+                say(f"  {job.label}: recorded in {record_dir}, not trained again")
+            elif int(jobs) > 1:
+                run_in_process(job, root, overrides, records, say)
+                record = read_json((record_dir or job.run_dir) / STUDY_FILE)
             else:
                 metrics = train_job(job, overrides, say)
-                score_job(job, metrics, root / "concat_sets", max_words, say)
+                record = score_job(job, metrics, root / "concat_sets", max_words, say)
+                if record_dir is not None:
+                    keep_record(job.run_dir, record_dir)
+            done[job.label] = record
         except UserError as e:
             failures.append(job.label)
             say(f"  {job.label}: error: {e}")
@@ -495,35 +601,34 @@ def run_study(
         with ThreadPoolExecutor(max_workers=int(jobs)) as pool:
             for future in [pool.submit(one, n, job) for n, job in enumerate(planned, start=1)]:
                 future.result()
-    records = [read_json(j.run_dir / STUDY_FILE) for j in planned if j.label not in failures]
-    say(f"study: {len(records)} of {len(planned)} runs trained and scored")
+    scored = [done[j.label] for j in planned if j.label in done]
+    say(f"study: {len(scored)} of {len(planned)} runs trained and scored")
     if failures:
         raise StudyError(f"{len(failures)} runs failed ({', '.join(failures)}); see their logs")
-    return records
+    return scored
 
 
 # --- the report -----------------------------------------------------------------------------
 
 
 def scored_runs(root: Path) -> tuple[list[dict], list[str]]:
-    """study.json of every run under root that is scored at its final step; the others' labels."""
+    """study.json of every run under root (a study root or the record store) that is scored at
+    its final step with the study's search, run_dir set to where it was read; the others' labels.
+    """
     root = Path(root)
     records, unscored = [], []
     for condition in CONDITIONS:
         for run_dir in sorted((root / condition).glob("*/seed-*")):
+            if not run_dir.is_dir() or run_dir.name.endswith(".partial"):
+                continue
             label = f"{condition}/{run_dir.parent.name}/{run_dir.name}"
-            metrics = finished_metrics(run_dir)
-            path = run_dir / STUDY_FILE
-            if metrics is None or not path.is_file():
+            record = current_record(run_dir)
+            if record is None:  # unfinished, scored before its last step, or another search
                 unscored.append(label)
                 continue
-            record = read_json(path)
-            if record.get("step") != metrics.get("steps") or record.get("search") != SEARCH:
-                unscored.append(label)  # scored before its last step, or with another search
-                continue
             for key in ("condition", "variant", "seed", "step", "test", "concat", "by_bucket"):
-                field(record, key, path)
-            records.append(record)
+                field(record, key, run_dir / STUDY_FILE)
+            records.append(record | {"run_dir": str(run_dir)})
     return records, unscored
 
 
@@ -971,12 +1076,17 @@ def write_report(
         "runs": [
             {k: r[k] for k in ("condition", "variant", "seed", "step", "dev_ppl", "wall_seconds")}
             | {"bleu": r["test"]["bleu"], "chrf": r["test"]["chrf"]}
+            | {"hardware": r.get("hardware", ["unrecorded"])}
             for r in records
         ],
         "unscored": unscored,
         "missing": missing,
     }
     write_json(out / "runs.json", runs)
+    machines: dict[str, int] = {}
+    for run in runs["runs"]:
+        for name in run["hardware"]:
+            machines[name] = machines.get(name, 0) + 1
     lines = [
         f"# The position-encoding study: {len(records)} scored runs",
         "",
@@ -986,6 +1096,10 @@ def write_report(
         "",
         f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
         f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
+        "",
+        "Trained on (runs): "
+        + "; ".join(f"{name} ({count})" for name, count in sorted(machines.items()))
+        + ". One seed on two machines agrees only up to float32 rounding, then drifts apart.",
     ]
     write_text(out / "README.md", "\n".join(lines) + "\n")
     if table:

@@ -4,8 +4,10 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from data.run_record import read_segments
+from evaluation.flops import machine_description
 from tests.conftest import compose_config
 from tests.test_reliability import quick_overrides
 from train import train
@@ -34,6 +36,8 @@ def test_every_segment_is_on_record_with_the_settings_it_changed(two_segments):
     assert second["changed_settings"] == ["trainer.log_every: 1 -> 2", "trainer.max_steps: 3 -> 6"]
     assert first["outcome"] == "trainer.max_steps=3 reached"
     assert second["outcome"] == "trainer.max_steps=6 reached"
+    assert first["hardware"] == second["hardware"] == machine_description(torch.device("cpu"))
+    assert "torch " in first["hardware"]
 
 
 def test_metrics_count_every_segment(two_segments):

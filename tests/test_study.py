@@ -7,10 +7,12 @@ import shutil
 import statistics
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from data.corpus import load_split
 from data.errors import UserError
+from evaluation.flops import machine_description
 from evaluation.study import (
     CONDITIONS,
     KS,
@@ -116,6 +118,7 @@ def test_runs_train_to_the_budget_and_score_once(study):
         assert record["step"] == metrics["steps"] == 20
         assert (run_dir / ".hydra" / "config.yaml").is_file()
         assert record["precision"] == "fp32"
+        assert record["hardware"] == [machine_description(torch.device("cpu"))]
     short = json.loads((root / "short/sinusoidal/seed-1/data.json").read_text())
     assert short["train_cleaning"]["over_max_words"] > 0
     by_hand = (
@@ -217,6 +220,53 @@ def test_a_record_of_another_search_is_rescored_not_mixed(study, tmp_path):
     assert any("left out" in line and "all/learned/seed-1" in line for line in said)
 
 
+def test_the_record_store_outlives_the_run_folders(study, tmp_path):
+    """Runs recorded without checkpoints: a machine that lost the run folders trains nothing again,
+    rebuilds the same report from the store alone, and refuses a record of other settings."""
+    root, overrides, records, _ = study
+    copy, store = tmp_path / "study", tmp_path / "records"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("short"))
+    variants = ["sinusoidal", "learned"]
+    kept = run_study(copy, ["all"], variants, [1], 1, overrides, lambda _: None, records=store)
+    assert kept == records[:2]
+    record = store / "all" / "sinusoidal" / "seed-1"
+    assert (record / "eval" / "test-last-beam4.hyp").read_text() == (
+        root / "all" / "sinusoidal" / "seed-1" / "eval" / "test-last-beam4.hyp"
+    ).read_text()
+    assert not (record / "checkpoints").exists() and any((record / "tensorboard").iterdir())
+    shutil.rmtree(copy)  # the machine is gone; the committed store is all that is left
+    lines = []
+    again = run_study(copy, ["all"], variants, [1], 1, overrides, lines.append, records=store)
+    assert again == records[:2] and not (copy / "all").exists()
+    assert sum("not trained again" in line for line in lines) == 2
+    reports = {}
+    for name, source in (("root", root), ("store", store)):
+        write_report(source, tmp_path / name, resamples=20, echo=lambda _: None)
+        reports[name] = json.loads((tmp_path / name / "compare.json").read_text())
+    for key in ("variants", "differences"):
+        assert reports["store"][key] == reports["root"][key]
+    assert [r["dev_ppl_curve"] for r in reports["store"]["runs"]] == [
+        r["dev_ppl_curve"] for r in reports["root"]["runs"]
+    ]
+    lines = []
+    with pytest.raises(StudyError, match="1 runs failed"):
+        run_study(
+            copy,
+            ["all"],
+            ["learned"],
+            [1],
+            1,
+            [*overrides, "optim.warmup=11"],
+            lines.append,
+            records=store,
+        )
+    assert any(
+        "all/learned/seed-1 was trained with other settings" in line
+        and "optim.warmup: 10 -> 11" in line
+        for line in lines
+    )
+
+
 def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path, caplog):
     """A run killed at step 10 (no metrics.json) resumes to 20 and is scored at step 20."""
     caplog.set_level(logging.INFO)  # what scripts/study.py sets: train.log gets train's lines
@@ -274,6 +324,8 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
         assert (out / name).is_file()
     for name in ("bleu_vs_k.png", "bucket_ratio.png"):
         assert (out / name).stat().st_size > 1000
+    machine = machine_description(torch.device("cpu"))
+    assert f"Trained on (runs): {machine} (3)." in (out / "README.md").read_text()
     assert "all/sinusoidal/seed-2" in report["missing"]
     assert "joined/learned/seed-1" in report["missing"]
     assert "short/learned/seed-1" in report["missing"]
@@ -313,8 +365,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, study):
 def test_two_runs_at_a_time_each_in_its_own_process(study, tmp_path):
     _, overrides, _, _ = study
     lines = []
+    store = tmp_path / "records"
     records = run_study(
-        tmp_path, ["short"], ["sinusoidal", "learned"], [2], 2, overrides, lines.append
+        tmp_path, ["short"], ["sinusoidal", "learned"], [2], 2, overrides, lines.append, store
     )
     assert [(r["variant"], r["seed"], r["step"]) for r in records] == [
         ("learned", 2, 20),
@@ -323,6 +376,8 @@ def test_two_runs_at_a_time_each_in_its_own_process(study, tmp_path):
     for variant in ("sinusoidal", "learned"):
         out = (tmp_path / "short" / variant / "seed-2" / "study.out").read_text()
         assert f"short/{variant}/seed-2: test sacreBLEU" in out  # the run's own process said it
+        kept = json.loads((store / "short" / variant / "seed-2" / STUDY_FILE).read_text())
+        assert kept == next(r for r in records if r["variant"] == variant)  # and recorded it
     assert lines[-1] == "study: 2 of 2 runs trained and scored"
 
 
