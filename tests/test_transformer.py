@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from data.errors import UserError
 from model.position import PositionRangeError
 from model.transformer import (
+    FeedForward,
     MultiHeadAttention,
     build_model,
     count_parameters,
@@ -311,3 +312,32 @@ def test_decoding_a_shifted_target_without_a_cache_keeps_distances(position_yaml
     moved = model.decode(tgt, memory, keep, offset=7)
     unchanged = torch.allclose(at_zero, moved, atol=1e-5)
     assert unchanged == (not adds_absolute_encodings(model)), position_yaml.stem
+
+
+def graph_nodes(tensor: torch.Tensor) -> set[str]:
+    """Type names of every node in tensor's autograd graph."""
+    seen, names, stack = set(), set(), [tensor.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return names
+
+
+def test_feed_forward_is_the_paper_s_and_its_backward_copies_no_hidden_gradient():
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3), with the in-place ReLU on addmm's own output:
+    on a view of it, autograd's backward (CopySlices) would copy the hidden gradient three times."""
+    torch.manual_seed(0)
+    ffn = FeedForward(16, 64)
+    x = torch.randn(2, 3, 16, requires_grad=True)  # [B, T, d_model]
+    y = ffn(x)
+    expected = F.linear(F.relu(F.linear(x, ffn.w1.weight, ffn.w1.bias)), ffn.w2.weight, ffn.w2.bias)
+    assert y.shape == (2, 3, 16) and torch.allclose(y, expected, atol=1e-6)
+    nodes = graph_nodes(y)
+    assert "ReluBackward0" in nodes and "CopySlices" not in nodes
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    (reference,) = torch.autograd.grad(expected.sum(), x)
+    assert torch.allclose(grad, reference, atol=1e-6)
