@@ -75,3 +75,14 @@ def test_model_configs_build(position_yaml):
     cfg = compose_config(["model=tiny", f"position={position_yaml.stem}", "run_dir=unused"])
     model = instantiate(cfg.model, position=cfg.position, vocab_size=100)
     assert model.d_model == 128
+
+
+def test_threads_compose_in_turn():
+    """The study's --jobs N composes configs from N threads; Hydra's global instance is shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from evaluation.configs import compose_config as compose_in_process
+
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(compose_in_process, [f"seed={i}"]) for i in range(32)]
+        assert [f.result().seed for f in futures] == list(range(32))
