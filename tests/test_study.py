@@ -377,7 +377,8 @@ def test_two_runs_at_a_time_each_in_its_own_process(study, tmp_path):
         out = (tmp_path / "short" / variant / "seed-2" / "study.out").read_text()
         assert f"short/{variant}/seed-2: test sacreBLEU" in out  # the run's own process said it
         kept = json.loads((store / "short" / variant / "seed-2" / STUDY_FILE).read_text())
-        assert kept == next(r for r in records if r["variant"] == variant)  # and recorded it
+        scored = json.loads((tmp_path / "short" / variant / "seed-2" / STUDY_FILE).read_text())
+        assert kept == scored  # and recorded it in the store
     assert lines[-1] == "study: 2 of 2 runs trained and scored"
 
 
