@@ -1,12 +1,13 @@
 """The training benchmark: full training steps (the one train.py runs, ``model.training.
 train_step``) in fp32 and bf16, optionally against HF Marian trained the way its Trainer does,
-A/B interleaved; tokens/s, GFLOP/s, MFU against the measured GEMM peak, step memory
-(scripts/benchmark.py train)."""
+A/B interleaved; tokens/s, GFLOP/s, MFU against the measured GEMM peak, step memory, and where
+a step's time goes (torch.profiler, ``--profile``) (scripts/benchmark.py train)."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 
 from data.errors import UserError
@@ -21,6 +22,94 @@ from evaluation.flops import (
     transformer_flops,
 )
 from evaluation.memory import StepMemory
+
+# torch.profiler operators (self CPU time, so the groups do not overlap) in the groups a profile
+# reports; an operator not named here is counted under "other operators"
+PROFILE_GROUPS = {
+    "GEMMs (mm, addmm, bmm)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    "fused attention (SDPA fwd + bwd)": (
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    ),
+    "dropout masks (random_, bernoulli_)": ("aten::random_", "aten::bernoulli_", "aten::uniform_"),
+    "copies (copy_, clone, cat)": ("aten::copy_", "aten::clone", "aten::cat"),
+    "softmax and loss": (
+        "aten::_softmax",
+        "aten::_softmax_backward_data",
+        "aten::_log_softmax",
+        "aten::_log_softmax_backward_data",
+        "aten::exp",
+        "aten::gather",
+        "aten::scatter_add_",
+    ),
+    "LayerNorm fwd + bwd": ("aten::native_layer_norm", "aten::native_layer_norm_backward"),
+    "fill_, zero_, where, sum, threshold_backward": (
+        "aten::fill_",
+        "aten::zero_",
+        "aten::where",
+        "aten::sum",
+        "aten::threshold_backward",
+        "aten::masked_fill_",
+    ),
+    "add, mul, div, ReLU, addcmul": (
+        "aten::add",
+        "aten::add_",
+        "aten::mul",
+        "aten::mul_",
+        "aten::div",
+        "aten::div_",
+        "aten::relu",
+        "aten::relu_",
+        "aten::clamp_min",
+        "aten::clamp_min_",
+        "aten::addcmul",
+        "aten::addcmul_",
+    ),
+    "Adam and gradient norm": (
+        "aten::_fused_adam_",
+        "aten::_fused_adamw_",
+        "aten::_foreach_norm",
+        "aten::_foreach_mul_",
+        "aten::_foreach_add_",
+        "aten::linalg_vector_norm",
+    ),
+}
+OTHER_OPERATORS = "other operators"
+OUTSIDE_OPERATORS = "outside any operator (Python, the profiler)"
+
+
+def profile_group(operator: str) -> str:
+    """The PROFILE_GROUPS label of a torch.profiler operator name (OTHER_OPERATORS if none)."""
+    for label, operators in PROFILE_GROUPS.items():
+        if operator in operators:
+            return label
+    return OTHER_OPERATORS
+
+
+def profile_step(step: Callable, batch: dict, steps: int = 2) -> dict:
+    """Where one training step's time goes: torch.profiler self CPU seconds per step, by group.
+
+    Self time is an operator's own, without the operators it calls, so the groups add up to the
+    profiled steps' wall time (under the profiler, which adds its own overhead): what no
+    operator covers is OUTSIDE_OPERATORS. Also every operator's seconds and calls per step.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step(batch)
+        wall = (time.perf_counter() - start) / steps
+    operators = {
+        e.key: {"seconds": e.self_cpu_time_total / 1e6 / steps, "calls": e.count / steps}
+        for e in prof.key_averages()
+        if e.self_cpu_time_total > 0
+    }
+    groups = dict.fromkeys([*PROFILE_GROUPS, OTHER_OPERATORS], 0.0)
+    for operator, row in operators.items():
+        groups[profile_group(operator)] += row["seconds"]
+    groups[OUTSIDE_OPERATORS] = max(0.0, wall - sum(groups.values()))
+    return {"steps": steps, "wall_s": wall, "groups": groups, "operators": operators}
 
 
 def train_systems(
@@ -95,6 +184,7 @@ def benchmark_train(
     compile_modes: Sequence[bool] | None = None,
     precisions: Sequence[str] | None = None,
     gemm_size: int | None = None,
+    profile_steps: int = 0,
     **dims,
 ) -> dict:
     """Training-step throughput, GFLOP/s, MFU and step memory per model size and system.
@@ -104,12 +194,16 @@ def benchmark_train(
     step that fails is reported under "failed" and left out. precisions: fp32 and/or bf16
     (default: ``default_precisions``, so a CPU without native bf16 times fp32 only). gemm_size:
     the side of the square GEMMs whose best rate is the peak (default 2048 on a CPU, 8192 on CUDA).
+    profile_steps: after the timing, profile that many more steps of each system on the CPU
+    (``profile_step``; 0: none).
     """
     import torch
 
     if repeats < 1 or batch_size < 1 or length < 1:
         raise UserError("need --repeats >= 1, --batch-size >= 1 and --length >= 1")
     device = torch.device(device_name)
+    if profile_steps and device.type != "cpu":
+        raise UserError("--profile reads CPU operator times: drop --device or --profile")
     precisions = list(precisions or default_precisions(device))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -208,6 +302,12 @@ def benchmark_train(
                 ),
             }
         entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows, "failed": failed}
+        if profile_steps:
+            entry["profile"] = {
+                name: profile_step(step, batch, profile_steps)
+                for name, (step, _) in systems.items()
+                if name not in failed
+            }
         if vs == "hf":
             # like for like first (the verdicts); the cross-precision ratio is labelled as such
             entry["ratios"] = {
@@ -261,3 +361,40 @@ def train_rows(fig: dict) -> list[tuple[str, ...]]:
                 )
             )
     return rows
+
+
+def profile_rows(profiles: dict) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Headers and rows of a model's profile: seconds per step and share, group by system."""
+    names = list(profiles)
+    headers = ["where the step goes (self CPU s/step)", *names]
+    labels = [*profiles[names[0]]["groups"]]
+
+    def cell(name: str, label: str) -> str:
+        profiled = profiles[name]
+        seconds = profiled["groups"][label] if label else profiled["wall_s"]
+        return f"{seconds:.3f} ({100 * seconds / profiled['wall_s']:.0f}%)"
+
+    rows = [("whole step (wall, under the profiler)", *(cell(n, None) for n in names))]
+    rows += [(label, *(cell(n, label) for n in names)) for label in labels]
+    return headers, rows
+
+
+def top_operator_rows(profiles: dict, top: int = 10) -> tuple[list[str], list[tuple[str, ...]]]:
+    """Headers and rows of the operators in any system's ``top``: ms and calls per step."""
+    names = list(profiles)
+
+    def ranked(name: str) -> list[str]:
+        operators = profiles[name]["operators"]
+        return sorted(operators, key=lambda op: -operators[op]["seconds"])[:top]
+
+    operators = list(dict.fromkeys(op for name in names for op in ranked(name)))
+    first = profiles[names[0]]["operators"]
+    operators.sort(key=lambda op: -first.get(op, {"seconds": 0.0})["seconds"])
+    headers = ["operator", "group", *(f"{n} ms (calls)" for n in names)]
+
+    def cell(name: str, operator: str) -> str:
+        row = profiles[name]["operators"].get(operator)
+        return "-" if row is None else f"{1000 * row['seconds']:,.0f} ({row['calls']:.0f})"
+
+    rows = [(op, profile_group(op), *(cell(n, op) for n in names)) for op in operators]
+    return headers, rows

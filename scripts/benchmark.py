@@ -3,7 +3,7 @@
     python scripts/benchmark.py data   [--pairs 1000000] [--num-proc N] [--max-tokens 4096]
     python scripts/benchmark.py decode [--sentences 256] [--beam 4] [--vs hf] [--repeats 5]
     python scripts/benchmark.py decode --run-dir RUN [--split test] [--sentences 256] [--beam 4]
-    python scripts/benchmark.py train  [--model base small] [--vs hf] [--device cpu|cuda]
+    python scripts/benchmark.py train  [--model base small] [--vs hf] [--profile] [--device cuda]
     python scripts/benchmark.py train --variants [relative t5 ...] [--model small base]
 
 ``data`` (evaluation/benchmark_data.py) replicates the Multi30k training text
@@ -28,8 +28,11 @@ batches of ``--batch-size`` sentences x ``--length`` tokens a side, in fp32 and 
 adds HF Marian trained the way its Trainer does. It prints tokens/s, GFLOP/s by
 ``evaluation.flops.transformer_flops`` (checked against torch's FLOP counter in the tests), MFU
 against the GEMM peak measured in the same run, and the memory autograd saves for backward.
-``--device cuda`` runs bf16 only, at 25k tokens a step, with ``torch.compile`` off and on, reports
-the CUDA allocator's peak and projects 100k steps. ``--variants`` (evaluation/
+``--profile [STEPS]`` then profiles STEPS more steps of each system (torch.profiler, self CPU
+time): seconds per step by operator group (GEMMs, attention, dropout masks, copies, ...), what no
+operator covers, and the top operators of each. ``--device cuda`` runs bf16 only, at 25k
+tokens a step, with ``torch.compile`` off and on, reports the CUDA allocator's peak and projects
+100k steps. ``--variants`` (evaluation/
 benchmark_variants.py) instead times that step for each position variant (default: all of
 configs/position) against sinusoidal, interleaved, on the CPU in fp32: CPU seconds and wall
 seconds, medians and ratios, and the parameters each variant adds.
@@ -54,7 +57,12 @@ from evaluation.benchmark_decode import (
     decode_rows,
     engine_rows,
 )
-from evaluation.benchmark_train import benchmark_train, train_rows
+from evaluation.benchmark_train import (
+    benchmark_train,
+    profile_rows,
+    top_operator_rows,
+    train_rows,
+)
 from evaluation.tables import format_table, machine_line
 
 
@@ -184,6 +192,7 @@ def run_train(args: argparse.Namespace) -> dict:
         args.device,
         args.threads,
         precisions=args.precision,
+        profile_steps=args.profile,
     )
     peaks = fig["gemm_peak_gflops"]
     print(
@@ -229,6 +238,14 @@ def run_train(args: argparse.Namespace) -> dict:
                 f"  {model_name}: 100k steps at the fastest setting: "
                 f"{entry['projected_100k_steps_h']:.1f} h"
             )
+    for model_name, entry in fig["models"].items():
+        if "profile" not in entry:
+            continue
+        steps = next(iter(entry["profile"].values()))["steps"]
+        print(f"\n{model_name}: torch.profiler, {steps} steps of each system after the timing")
+        print(format_table(*profile_rows(entry["profile"])) + "\n")
+        align = "ll" + "r" * len(entry["profile"])
+        print(format_table(*top_operator_rows(entry["profile"]), align=align))
     return fig
 
 
@@ -287,6 +304,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
         help="precisions to time (default fp32, + bf16 on a CPU with AVX512-BF16/AMX; CUDA: bf16)",
     )
     train.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=2,
+        default=0,
+        metavar="STEPS",
+        help="then profile STEPS more steps of each system (default 2): self CPU time by "
+        "operator group, and the top operators (CPU only)",
+    )
+    train.add_argument(
         "--variants",
         nargs="*",
         default=None,
@@ -301,10 +328,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
         if args.device not in ("cpu", "cuda"):
             parser.error(f"--device {args.device}: pass cpu or cuda")
+        if args.profile and args.device != "cpu":
+            parser.error("--profile reads CPU operator times: drop --device or --profile")
         if args.device == "cuda" and not torch.cuda.is_available():
             parser.error("--device cuda: torch sees no CUDA device here; run it on a GPU machine")
         if args.variants is not None and args.device != "cpu":
             parser.error("--variants times CPU steps only: drop --device")
+        if args.profile and args.variants is not None:
+            parser.error("--profile profiles the systems of --vs, not --variants: drop one")
+        if args.profile < 0:
+            parser.error(f"--profile {args.profile}: pass a number of steps >= 1")
         if args.batch_size is None and args.variants is not None:
             args.batch_size = 32
         if args.batch_size is None:

@@ -7,7 +7,14 @@ import torch
 from evaluation.benchmark_data import benchmark_data
 from evaluation.benchmark_decode import benchmark_decode
 from evaluation.benchmark_models import build_models
-from evaluation.benchmark_train import benchmark_train
+from evaluation.benchmark_train import (
+    OTHER_OPERATORS,
+    OUTSIDE_OPERATORS,
+    PROFILE_GROUPS,
+    benchmark_train,
+    profile_group,
+    profile_step,
+)
 from evaluation.flops import transformer_flops
 from evaluation.tables import format_table
 from tests.conftest import script_main, shared_data
@@ -154,6 +161,49 @@ def test_train_command_prints_a_table(capsys):
     )
     out = capsys.readouterr().out
     assert "ours bf16" in out and "MFU" in out and "GFLOP per step" in out
+
+
+def test_profile_groups_are_disjoint_and_add_up_to_the_step():
+    named = [op for operators in PROFILE_GROUPS.values() for op in operators]
+    assert len(named) == len(set(named))  # no operator counted in two groups
+    assert profile_group("aten::addmm") == "GEMMs (mm, addmm, bmm)"
+    assert profile_group("aten::no_such_operator") == OTHER_OPERATORS
+    layer = torch.nn.Linear(64, 64)
+    batch = torch.randn(256, 64)
+
+    def step(x):  # one GEMM forward and two backward, and an elementwise op
+        layer(x).relu().sum().backward()
+
+    profiled = profile_step(step, batch, steps=3)
+    assert profiled["steps"] == 3
+    groups = profiled["groups"]
+    assert sum(groups.values()) == pytest.approx(profiled["wall_s"], rel=1e-6)
+    assert groups["GEMMs (mm, addmm, bmm)"] > 0 and groups[OUTSIDE_OPERATORS] >= 0
+    assert profiled["operators"]["aten::addmm"]["calls"] == 1  # per step, not over 3 steps
+    gemms = sum(profiled["operators"][op]["seconds"] for op in ("aten::addmm", "aten::mm"))
+    assert groups["GEMMs (mm, addmm, bmm)"] == pytest.approx(gemms)
+
+
+def test_train_command_profiles_each_system(capsys):
+    main(
+        ["train", "--model", "tiny", "--batch-size", "2", "--length", "3", "--vocab-size", "40"]
+        + ["--repeats", "1", "--threads", "1", "--precision", "fp32", "--vs", "hf", "--profile"]
+    )
+    out = capsys.readouterr().out
+    assert "tiny: torch.profiler, 2 steps of each system after the timing" in out
+    table = out.split("after the timing")[1]
+    header = table.splitlines()[1]
+    assert "ours fp32" in header and "hf fp32" in header
+    assert "GEMMs (mm, addmm, bmm)" in table and "aten::addmm" in table
+
+
+def test_profile_on_cuda_is_refused(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--device", "cuda", "--profile"])
+    assert info.value.code == 2
+    assert (
+        "--profile reads CPU operator times: drop --device or --profile" in capsys.readouterr().err
+    )
 
 
 def test_train_default_precisions_follow_the_cpu():
