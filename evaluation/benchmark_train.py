@@ -25,8 +25,9 @@ from evaluation.memory import StepMemory
 
 # torch.profiler operators (self CPU time, so the groups do not overlap) in the groups a profile
 # reports; an operator not named here is counted under "other operators"
+GEMMS = "GEMMs (mm, addmm, bmm)"
 PROFILE_GROUPS = {
-    "GEMMs (mm, addmm, bmm)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    GEMMS: ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
     "fused attention (SDPA fwd + bwd)": (
         "aten::_scaled_dot_product_flash_attention_for_cpu",
         "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
@@ -91,17 +92,22 @@ def profile_step(step: Callable, batch: dict, steps: int = 2) -> dict:
 
     Self time is an operator's own, without the operators it calls, so the groups add up to the
     profiled steps' wall time (under the profiler, which adds its own overhead): what no
-    operator covers is OUTSIDE_OPERATORS. Also every operator's seconds and calls per step.
+    operator covers is OUTSIDE_OPERATORS. Also every operator's seconds, calls and FLOPs (the
+    profiler's count, matrix products only) per step, and the rate of the step's GEMMs.
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         start = time.perf_counter()
         for _ in range(steps):
             step(batch)
         wall = (time.perf_counter() - start) / steps
     operators = {
-        e.key: {"seconds": e.self_cpu_time_total / 1e6 / steps, "calls": e.count / steps}
+        e.key: {
+            "seconds": e.self_cpu_time_total / 1e6 / steps,
+            "calls": e.count / steps,
+            "flops": e.flops / steps,
+        }
         for e in prof.key_averages()
         if e.self_cpu_time_total > 0
     }
@@ -109,7 +115,16 @@ def profile_step(step: Callable, batch: dict, steps: int = 2) -> dict:
     for operator, row in operators.items():
         groups[profile_group(operator)] += row["seconds"]
     groups[OUTSIDE_OPERATORS] = max(0.0, wall - sum(groups.values()))
-    return {"steps": steps, "wall_s": wall, "groups": groups, "operators": operators}
+    gemms = [row for op, row in operators.items() if profile_group(op) == GEMMS]
+    seconds = sum(row["seconds"] for row in gemms)
+    gemm_gflops = sum(row["flops"] for row in gemms) / seconds / 1e9 if seconds else 0.0
+    return {
+        "steps": steps,
+        "wall_s": wall,
+        "groups": groups,
+        "gemm_gflops": gemm_gflops,
+        "operators": operators,
+    }
 
 
 def train_systems(
@@ -376,6 +391,9 @@ def profile_rows(profiles: dict) -> tuple[list[str], list[tuple[str, ...]]]:
 
     rows = [("whole step (wall, under the profiler)", *(cell(n, None) for n in names))]
     rows += [(label, *(cell(n, label) for n in names)) for label in labels]
+    rows.append(
+        ("the GEMMs' rate, GFLOP/s", *(f"{profiles[n]['gemm_gflops']:,.1f}" for n in names))
+    )
     return headers, rows
 
 

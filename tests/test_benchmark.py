@@ -180,8 +180,12 @@ def test_profile_groups_are_disjoint_and_add_up_to_the_step():
     assert sum(groups.values()) == pytest.approx(profiled["wall_s"], rel=1e-6)
     assert groups["GEMMs (mm, addmm, bmm)"] > 0 and groups[OUTSIDE_OPERATORS] >= 0
     assert profiled["operators"]["aten::addmm"]["calls"] == 1  # per step, not over 3 steps
-    gemms = sum(profiled["operators"][op]["seconds"] for op in ("aten::addmm", "aten::mm"))
-    assert groups["GEMMs (mm, addmm, bmm)"] == pytest.approx(gemms)
+    gemms = [profiled["operators"][op] for op in ("aten::addmm", "aten::mm")]
+    assert groups["GEMMs (mm, addmm, bmm)"] == pytest.approx(sum(r["seconds"] for r in gemms))
+    # forward x @ W^T and the weight gradient, each 2 * 256 * 64 * 64 FLOPs (x needs no grad)
+    assert [r["flops"] for r in gemms] == [2 * 256 * 64 * 64] * 2
+    seconds = sum(r["seconds"] for r in gemms)
+    assert profiled["gemm_gflops"] == pytest.approx(4 * 256 * 64 * 64 / seconds / 1e9)
 
 
 def test_train_command_profiles_each_system(capsys):
@@ -195,6 +199,7 @@ def test_train_command_profiles_each_system(capsys):
     header = table.splitlines()[1]
     assert "ours fp32" in header and "hf fp32" in header
     assert "GEMMs (mm, addmm, bmm)" in table and "aten::addmm" in table
+    assert "the GEMMs' rate, GFLOP/s" in table
 
 
 def test_profile_on_cuda_is_refused(capsys):
