@@ -338,6 +338,31 @@ def trained_on(run_dir: Path) -> list[str]:
     return sorted({s.get("hardware") or "unrecorded" for s in read_segments(run_dir)})
 
 
+def machines_line(runs: list[dict]) -> str:
+    """The report's line on the machines its runs trained on, naming runs with unrecorded ones."""
+    machines: dict[str, int] = {}
+    for run in runs:
+        for name in run["hardware"]:
+            machines[name] = machines.get(name, 0) + 1
+    recorded = sorted((n, c) for n, c in machines.items() if n != "unrecorded")
+    line = "Trained on (runs; one resumed on another machine counts under each): " + "; ".join(
+        f"{name} ({count})" for name, count in recorded
+    )
+    unrecorded = [
+        f"{r['condition']}/{r['variant']}/seed-{r['seed']}"
+        for r in runs
+        if "unrecorded" in r["hardware"]
+    ]
+    if unrecorded:
+        line += (
+            f"; unrecorded ({len(unrecorded)}: {', '.join(unrecorded)}, with a segment trained "
+            "before segments.json named the machine)"
+        )
+    return (
+        line + ". One seed on two machines agrees only up to float32 rounding, then drifts apart."
+    )
+
+
 def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> dict:
     """Evaluate one finished run (what is not current yet) and write its study.json."""
     from data.corpus import data_identity
@@ -1083,10 +1108,6 @@ def write_report(
         "missing": missing,
     }
     write_json(out / "runs.json", runs)
-    machines: dict[str, int] = {}
-    for run in runs["runs"]:
-        for name in run["hardware"]:
-            machines[name] = machines.get(name, 0) + 1
     lines = [
         f"# The position-encoding study: {len(records)} scored runs",
         "",
@@ -1097,9 +1118,7 @@ def write_report(
         f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
         f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
         "",
-        "Trained on (runs): "
-        + "; ".join(f"{name} ({count})" for name, count in sorted(machines.items()))
-        + ". One seed on two machines agrees only up to float32 rounding, then drifts apart.",
+        machines_line(runs["runs"]),
     ]
     write_text(out / "README.md", "\n".join(lines) + "\n")
     if table:

@@ -24,6 +24,7 @@ from evaluation.study import (
     bucket_table,
     concat_markdown,
     job_command,
+    machines_line,
     planned_jobs,
     run_study,
     scored_runs,
@@ -325,7 +326,7 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     for name in ("bleu_vs_k.png", "bucket_ratio.png"):
         assert (out / name).stat().st_size > 1000
     machine = machine_description(torch.device("cpu"))
-    assert f"Trained on (runs): {machine} (3)." in (out / "README.md").read_text()
+    assert f"counts under each): {machine} (3). One seed" in (out / "README.md").read_text()
     assert "all/sinusoidal/seed-2" in report["missing"]
     assert "joined/learned/seed-1" in report["missing"]
     assert "short/learned/seed-1" in report["missing"]
@@ -482,3 +483,15 @@ def test_buckets_without_short_runs_say_so_and_keep_l():
     text = bucket_markdown(table)
     assert text.startswith("# Trained on <= 10 source words")
     assert "No run of the short condition is scored yet." in text and "| variant |" not in text
+
+
+def test_the_machines_line_names_the_runs_whose_machine_is_unrecorded():
+    runs = [
+        {"condition": "all", "variant": "learned", "seed": 1, "hardware": ["A", "unrecorded"]},
+        {"condition": "all", "variant": "sinusoidal", "seed": 2, "hardware": ["A", "B"]},
+        {"condition": "short", "variant": "rope", "seed": 3, "hardware": ["B"]},
+    ]
+    line = machines_line(runs)
+    assert "counts under each): A (2); B (2); unrecorded (1: all/learned/seed-1, with a" in line
+    assert "all/sinusoidal/seed-2" not in line
+    assert "unrecorded" not in machines_line(runs[1:])
