@@ -32,7 +32,7 @@ from data.bleu import sacrebleu_score
 from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
 from data.errors import report_user_errors
 from data.files import write_json
-from data.run_record import end_segment, read_segments, start_segment
+from data.run_record import code_version, end_segment, read_segments, start_segment
 from data.tokenizer import BOS_ID, PAD_ID
 from evaluation.flops import machine_description
 from evaluation.perplexity import perplexity
@@ -442,7 +442,14 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     resume(state, resumed, data, cfg, main_rank)
     prior_seconds = resumed.get("wall_seconds", 0.0) if resumed else 0.0  # earlier segments'
     segment = (
-        start_segment(run_dir, state.step, launch_overrides(), changes, machine_description(device))
+        start_segment(
+            run_dir,
+            state.step,
+            launch_overrides(),
+            changes,
+            machine_description(device),
+            code_version(),
+        )
         if main_rank
         else None
     )

@@ -1,15 +1,16 @@
 """A run's own record of how it was trained: one entry per launch (segment) in segments.json.
 
 Hydra's `.hydra/overrides.yaml` holds the latest launch only; `<run_dir>/segments.json` keeps
-every segment: when and where it ran (host and hardware), its command-line overrides, the
-settings it changed from the checkpoint it resumed (only those that leave the training as it
-was), the steps it covered and how it ended. Written atomically by the process holding the
-run's lock.
+every segment: when and where it ran (host and hardware), which code (its git commit), its
+command-line overrides, the settings it changed from the checkpoint it resumed (only those that
+leave the training as it was), the steps it covered and how it ended. Written atomically by the
+process holding the run's lock.
 """
 
 import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,6 +18,32 @@ from data.errors import UserError
 from data.files import write_json
 
 SEGMENTS_FILE = "segments.json"
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def code_version(root: Path = PROJECT_ROOT) -> str:
+    """The git commit of the code in root, "+ uncommitted changes" if tracked files differ.
+
+    "unrecorded (...)" where root is no git checkout or git is missing: a copy of the code
+    without its history still trains, it just cannot say which code it is.
+    """
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30
+        )
+        if done.returncode != 0:
+            raise OSError((done.stderr.strip() or f"git {args[0]} failed").splitlines()[0])
+        return done.stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError) as e:  # no git, no checkout, a hung git
+        return f"unrecorded ({e})"
+    if not changed:
+        return commit
+    return f"{commit} + uncommitted changes ({len(changed.splitlines())} files)"
 
 
 def read_segments(run_dir: str | Path) -> list[dict]:
@@ -43,6 +70,7 @@ def start_segment(
     overrides: list[str] | None,
     changes: list[str],
     hardware: str | None = None,
+    code: str | None = None,
 ) -> int:
     """Append the entry of the segment starting now; return its index."""
     segments = read_segments(run_dir)
@@ -53,6 +81,7 @@ def start_segment(
             "ended": None,
             "host": socket.gethostname(),
             "hardware": hardware,
+            "code": code,
             "pid": os.getpid(),
             "cwd": os.getcwd(),
             "overrides": overrides,

@@ -249,6 +249,7 @@ def benchmark_train(
         "device_name": hardware_name(device),
         "cpu_flags": cpu_flags() if device.type == "cpu" else [],
         "precisions": precisions,
+        "native_bf16": native_bf16(device),
         "batch_size": batch_size,
         "length": length,
         "vocab_size": vocab_size,

@@ -338,28 +338,36 @@ def trained_on(run_dir: Path) -> list[str]:
     return sorted({s.get("hardware") or "unrecorded" for s in read_segments(run_dir)})
 
 
-def machines_line(runs: list[dict]) -> str:
-    """The report's line on the machines its runs trained on, naming runs with unrecorded ones."""
-    machines: dict[str, int] = {}
+def trained_by(run_dir: Path) -> list[str]:
+    """The code (git commits) a run's segments trained with ("unrecorded" where one lacks it)."""
+    from data.run_record import read_segments
+
+    return sorted({s.get("code") or "unrecorded" for s in read_segments(run_dir)})
+
+
+def provenance_line(runs: list[dict], key: str, what: str) -> str:
+    """The report's line on the machines (key "hardware") or code ("code") its runs trained on.
+
+    A run resumed on another machine or code counts under each; the runs with a segment from
+    before segments.json recorded it are named.
+    """
+    counts: dict[str, int] = {}
     for run in runs:
-        for name in run["hardware"]:
-            machines[name] = machines.get(name, 0) + 1
-    recorded = sorted((n, c) for n, c in machines.items() if n != "unrecorded")
-    line = "Trained on (runs; one resumed on another machine counts under each): " + "; ".join(
-        f"{name} ({count})" for name, count in recorded
-    )
+        for name in run.get(key, ["unrecorded"]):
+            counts[name] = counts.get(name, 0) + 1
+    parts = [f"{name} ({n})" for name, n in sorted(counts.items()) if name != "unrecorded"]
     unrecorded = [
         f"{r['condition']}/{r['variant']}/seed-{r['seed']}"
         for r in runs
-        if "unrecorded" in r["hardware"]
+        if "unrecorded" in r.get(key, ["unrecorded"])
     ]
     if unrecorded:
-        line += (
-            f"; unrecorded ({len(unrecorded)}: {', '.join(unrecorded)}, with a segment trained "
-            "before segments.json named the machine)"
+        parts.append(
+            f"unrecorded ({len(unrecorded)}: {', '.join(unrecorded)}, with a segment trained "
+            f"before segments.json recorded its {key})"
         )
     return (
-        line + ". One seed on two machines agrees only up to float32 rounding, then drifts apart."
+        f"Trained {what} (runs; one resumed on other {key} counts under each): {'; '.join(parts)}."
     )
 
 
@@ -422,6 +430,7 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
         "dev_ppl": field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
         "wall_seconds": metrics.get("wall_seconds"),
         "hardware": trained_on(job.run_dir),
+        "code": trained_by(job.run_dir),
         "test": {
             "eval": TABLE3_EVAL,
             **{key: field(table3, key, table3_path) for key in ("bleu", "chrf", "n_sentences")},
@@ -1101,7 +1110,7 @@ def write_report(
         "runs": [
             {k: r[k] for k in ("condition", "variant", "seed", "step", "dev_ppl", "wall_seconds")}
             | {"bleu": r["test"]["bleu"], "chrf": r["test"]["chrf"]}
-            | {"hardware": r.get("hardware", ["unrecorded"])}
+            | {key: r.get(key, ["unrecorded"]) for key in ("hardware", "code")}
             for r in records
         ],
         "unscored": unscored,
@@ -1118,7 +1127,9 @@ def write_report(
         f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
         f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
         "",
-        machines_line(runs["runs"]),
+        provenance_line(runs["runs"], "hardware", "on")
+        + " One seed on two machines agrees only up to float32 rounding, then drifts apart.",
+        provenance_line(runs["runs"], "code", "with"),
     ]
     write_text(out / "README.md", "\n".join(lines) + "\n")
     if table:

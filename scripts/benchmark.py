@@ -203,7 +203,7 @@ def run_train(args: argparse.Namespace) -> dict:
         f"{peaks['fp32']:,.0f}, bf16 {peaks['bf16']:,.1f} GFLOP/s; CPU flags: "
         f"{' '.join(fig['cpu_flags']) or '-'}; precisions timed: {', '.join(fig['precisions'])}"
     )
-    if fig["device"] == "cpu" and "bf16" not in fig["precisions"]:
+    if "bf16" not in fig["precisions"] and not fig["native_bf16"]:
         print("bf16 not timed: this CPU has no AVX512-BF16/AMX (bf16 GEMMs are emulated)")
     headers = (
         "model",

@@ -211,6 +211,17 @@ def test_profile_on_cuda_is_refused(capsys):
     )
 
 
+def test_the_no_bf16_line_is_printed_only_where_the_cpu_lacks_it(capsys):
+    from evaluation.flops import native_bf16
+
+    main(
+        ["train", "--model", "tiny", "--batch-size", "2", "--length", "3", "--vocab-size", "40"]
+        + ["--repeats", "1", "--threads", "1", "--precision", "fp32"]
+    )
+    printed = "bf16 not timed: this CPU has no AVX512-BF16/AMX" in capsys.readouterr().out
+    assert printed == (not native_bf16(torch.device("cpu")))
+
+
 def test_train_default_precisions_follow_the_cpu():
     from evaluation.flops import default_precisions, native_bf16
 

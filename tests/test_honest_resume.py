@@ -6,7 +6,7 @@ import shutil
 import pytest
 import torch
 
-from data.run_record import read_segments
+from data.run_record import code_version, read_segments
 from evaluation.flops import machine_description
 from tests.conftest import compose_config
 from tests.test_reliability import quick_overrides
@@ -38,6 +38,27 @@ def test_every_segment_is_on_record_with_the_settings_it_changed(two_segments):
     assert second["outcome"] == "trainer.max_steps=6 reached"
     assert first["hardware"] == second["hardware"] == machine_description(torch.device("cpu"))
     assert "torch " in first["hardware"]
+    assert first["code"] == second["code"] == code_version()  # the commit of this checkout
+
+
+def test_the_code_version_is_the_commit_and_says_when_files_changed(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    assert code_version(tmp_path).startswith("unrecorded (fatal: not a git repository")
+    git("init", "-q")
+    (tmp_path / "model.py").write_text("x = 1\n")
+    git("add", "model.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    head = subprocess.run(
+        ["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    (tmp_path / "notes.txt").write_text("untracked files are not the code\n")
+    assert code_version(tmp_path) == head and len(head) == 40
+    (tmp_path / "model.py").write_text("x = 2\n")
+    assert code_version(tmp_path) == f"{head} + uncommitted changes (1 files)"
 
 
 def test_metrics_count_every_segment(two_segments):

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from data.corpus import load_split
 from data.errors import UserError
+from data.run_record import code_version
 from evaluation.flops import machine_description
 from evaluation.study import (
     CONDITIONS,
@@ -24,8 +25,8 @@ from evaluation.study import (
     bucket_table,
     concat_markdown,
     job_command,
-    machines_line,
     planned_jobs,
+    provenance_line,
     run_study,
     scored_runs,
     write_report,
@@ -120,6 +121,7 @@ def test_runs_train_to_the_budget_and_score_once(study):
         assert (run_dir / ".hydra" / "config.yaml").is_file()
         assert record["precision"] == "fp32"
         assert record["hardware"] == [machine_description(torch.device("cpu"))]
+        assert record["code"] == [code_version()]
     short = json.loads((root / "short/sinusoidal/seed-1/data.json").read_text())
     assert short["train_cleaning"]["over_max_words"] > 0
     by_hand = (
@@ -326,7 +328,9 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     for name in ("bleu_vs_k.png", "bucket_ratio.png"):
         assert (out / name).stat().st_size > 1000
     machine = machine_description(torch.device("cpu"))
-    assert f"counts under each): {machine} (3). One seed" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert f"counts under each): {machine} (3). One seed" in readme
+    assert f"counts under each): {code_version()} (3)." in readme
     assert "all/sinusoidal/seed-2" in report["missing"]
     assert "joined/learned/seed-1" in report["missing"]
     assert "short/learned/seed-1" in report["missing"]
@@ -485,13 +489,17 @@ def test_buckets_without_short_runs_say_so_and_keep_l():
     assert "No run of the short condition is scored yet." in text and "| variant |" not in text
 
 
-def test_the_machines_line_names_the_runs_whose_machine_is_unrecorded():
+def test_the_provenance_lines_name_the_runs_whose_machine_or_code_is_unrecorded():
     runs = [
         {"condition": "all", "variant": "learned", "seed": 1, "hardware": ["A", "unrecorded"]},
         {"condition": "all", "variant": "sinusoidal", "seed": 2, "hardware": ["A", "B"]},
-        {"condition": "short", "variant": "rope", "seed": 3, "hardware": ["B"]},
+        {"condition": "short", "variant": "rope", "seed": 3, "hardware": ["B"], "code": ["c1"]},
     ]
-    line = machines_line(runs)
-    assert "counts under each): A (2); B (2); unrecorded (1: all/learned/seed-1, with a" in line
+    line = provenance_line(runs, "hardware", "on")
+    assert line.startswith("Trained on (runs; one resumed on other hardware counts under each): ")
+    assert "each): A (2); B (2); unrecorded (1: all/learned/seed-1, with a segment" in line
     assert "all/sinusoidal/seed-2" not in line
-    assert "unrecorded" not in machines_line(runs[1:])
+    assert "unrecorded" not in provenance_line(runs[1:], "hardware", "on")
+    code = provenance_line(runs, "code", "with")  # records from before the code was recorded
+    assert "each): c1 (1); unrecorded (2: all/learned/seed-1, all/sinusoidal/seed-2," in code
+    assert "each): unrecorded (1: all/learned" in provenance_line(runs[:1], "code", "with")
