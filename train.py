@@ -481,7 +481,12 @@ def train_holding_lock(cfg: DictConfig) -> dict:
 
     with StopSignals() as stop:  # SIGTERM/SIGINT/SIGUSR2: this step completes, last.pt
         while state.step < trainer.max_steps:
-            stop_on_signal(stop, state, run_info, ckpt_dir)
+            try:
+                stop_on_signal(stop, state, run_info, ckpt_dir)
+            except TrainingInterrupted as e:  # the segment's end on record, then the one line
+                if main_rank:
+                    end_segment(run_dir, segment, e.step, progress.minutes() * 60, e.outcome)
+                raise
             if trainer.max_minutes and run_seconds() > 60 * trainer.max_minutes:
                 outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
                 log.info(f"stopping at step {state.step}: {outcome} (in all segments)")

@@ -25,6 +25,8 @@ class TrainingInterrupted(Exception):
     def __init__(self, signum: int, step: int, checkpoint, resume: str) -> None:
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_code = 128 + signum  # the shell's convention for "ended by signal signum"
+        # segments.json's outcome of the segment it ends
+        self.outcome = f"interrupted by {signal.Signals(signum).name}; checkpoint {checkpoint}"
         super().__init__(
             f"interrupted by {signal.Signals(signum).name} after step {step}: checkpoint "
             f"{checkpoint}; the run is not complete (no metrics.json); resume: {resume}"

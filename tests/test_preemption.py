@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from data.run_record import read_segments
 from model.checkpoint import load_checkpoint
 from model.preemption import StopSignals
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
@@ -69,6 +70,12 @@ def test_a_signal_checkpoints_the_step_and_resuming_is_bitwise(signum, tmp_path,
     # the step in progress completed: the log's last step is the checkpoint's
     steps = re.findall(r"\] - step (\d+) loss", (run_dir / "train.log").read_text())
     assert int(steps[-1]) == stopped
+    (segment,) = read_segments(run_dir)  # it ended on record, where the checkpoint is
+    assert segment["end_step"] == stopped and segment["wall_seconds"] > 0
+    assert (
+        segment["outcome"]
+        == f"interrupted by {signum.name}; checkpoint {run_dir}/checkpoints/last.pt"
+    )
 
     end = stopped + 6
     resumed = train(
