@@ -385,7 +385,7 @@ def profile_rows(profiles: dict) -> tuple[list[str], list[tuple[str, ...]]]:
     headers = ["where the step goes (self CPU s/step)", *names]
     labels = [*profiles[names[0]]["groups"]]
 
-    def cell(name: str, label: str) -> str:
+    def cell(name: str, label: str | None) -> str:  # None: the whole step
         profiled = profiles[name]
         seconds = profiled["groups"][label] if label else profiled["wall_s"]
         return f"{seconds:.3f} ({100 * seconds / profiled['wall_s']:.0f}%)"

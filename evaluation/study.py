@@ -331,18 +331,11 @@ def bucket_scores(srcs: list[str], hyps: list[str], refs: list[str], max_words: 
     return [{k: row[k] for k in ("bucket", "low", "high", "beyond", "n", "bleu")} for row in rows]
 
 
-def trained_on(run_dir: Path) -> list[str]:
-    """The machines a run's segments trained on (segments.json; "unrecorded" where it lacks one)."""
+def trained_on(run_dir: Path, key: str) -> list[str]:
+    """The machines ("hardware") or code ("code") of a run's segments; "unrecorded" if absent."""
     from data.run_record import read_segments
 
-    return sorted({s.get("hardware") or "unrecorded" for s in read_segments(run_dir)})
-
-
-def trained_by(run_dir: Path) -> list[str]:
-    """The code (git commits) a run's segments trained with ("unrecorded" where one lacks it)."""
-    from data.run_record import read_segments
-
-    return sorted({s.get("code") or "unrecorded" for s in read_segments(run_dir)})
+    return sorted({s.get(key) or "unrecorded" for s in read_segments(run_dir)})
 
 
 def provenance_line(runs: list[dict], key: str, what: str) -> str:
@@ -429,8 +422,8 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
         "train_cleaning": read_json(job.run_dir / "data.json").get("train_cleaning"),
         "dev_ppl": field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
         "wall_seconds": metrics.get("wall_seconds"),
-        "hardware": trained_on(job.run_dir),
-        "code": trained_by(job.run_dir),
+        "hardware": trained_on(job.run_dir, "hardware"),
+        "code": trained_on(job.run_dir, "code"),
         "test": {
             "eval": TABLE3_EVAL,
             **{key: field(table3, key, table3_path) for key in ("bleu", "chrf", "n_sentences")},
