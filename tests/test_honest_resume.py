@@ -41,6 +41,7 @@ def test_every_segment_is_on_record_with_the_settings_it_changed(two_segments):
     assert first["code"] == second["code"] == code_version()  # the commit of this checkout
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
 def test_the_code_version_is_the_commit_and_says_when_files_changed(tmp_path):
     import subprocess
 
