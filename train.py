@@ -13,6 +13,7 @@ import resource
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from functools import partial
 from itertools import islice
@@ -325,8 +326,10 @@ def resume_command(run_dir: Path) -> str:
     return shlex.join(["python", "train.py", *overrides])
 
 
-def stop_on_signal(stop: StopSignals, state: TrainingState, run_info: dict, ckpt_dir: Path):
-    """After a stop signal (on any rank): last.pt, the one resume line, TrainingInterrupted."""
+def stop_on_signal(
+    stop: StopSignals, state: TrainingState, run_info: dict, ckpt_dir: Path, end_record: Callable
+):
+    """After a stop signal (any rank): last.pt, end_record (rank 0), the resume line, the raise."""
     if not (signum := stop.stop_signal(state.world, state.device)):
         return
     save(state, run_info, ckpt_dir / "last.pt")
@@ -335,6 +338,7 @@ def stop_on_signal(stop: StopSignals, state: TrainingState, run_info: dict, ckpt
     resume = resume_command(ckpt_dir.parent)
     interrupted = TrainingInterrupted(signum, state.step, ckpt_dir / "last.pt", resume)
     if state.rank == 0:
+        end_record(interrupted)  # before hand_over: submitit's handler exits the process
         log.warning(str(interrupted))  # the one line: where, and how to resume
     stop.hand_over(signum)  # under submitit: requeue the job (SIGUSR2)
     raise interrupted
@@ -479,14 +483,14 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         """Training time of the whole run: earlier segments' and this one's."""
         return prior_seconds + progress.minutes() * 60
 
+    def end_interrupted(interrupted: TrainingInterrupted) -> None:
+        """segments.json: this segment ended on a signal, at its step, with its checkpoint."""
+        minutes = progress.minutes()
+        end_segment(run_dir, segment, interrupted.step, minutes * 60, interrupted.outcome)
+
     with StopSignals() as stop:  # SIGTERM/SIGINT/SIGUSR2: this step completes, last.pt
         while state.step < trainer.max_steps:
-            try:
-                stop_on_signal(stop, state, run_info, ckpt_dir)
-            except TrainingInterrupted as e:  # the segment's end on record, then the one line
-                if main_rank:
-                    end_segment(run_dir, segment, e.step, progress.minutes() * 60, e.outcome)
-                raise
+            stop_on_signal(stop, state, run_info, ckpt_dir, end_interrupted)
             if trainer.max_minutes and run_seconds() > 60 * trainer.max_minutes:
                 outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
                 log.info(f"stopping at step {state.step}: {outcome} (in all segments)")

@@ -17,6 +17,7 @@ import pytest
 import torch
 import yaml
 
+from data.run_record import read_segments
 from model.checkpoint import load_checkpoint
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from train import train
@@ -172,6 +173,10 @@ def test_a_job_slurm_signals_checkpoints_is_requeued_and_ends_bitwise(slurm, tmp
     stopped = re.search(r"interrupted by SIGUSR2 after step (\d+)", log)
     assert stopped and f"resumed from step {stopped.group(1)}" in log, log[-3000:]
     assert 5 <= int(stopped.group(1)) < steps
+    first, second = read_segments(run_dir)  # the requeued job's segment ended on record too
+    assert first["end_step"] == int(stopped.group(1)) == second["start_step"]
+    assert first["outcome"].startswith("interrupted by SIGUSR2; checkpoint ")
+    assert second["outcome"] == f"trainer.max_steps={steps} reached"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["complete"] and metrics["steps"] == steps
     restarts = subprocess.run(
