@@ -85,7 +85,8 @@ def difference_over_seeds(base: dict[int, float], other: dict[int, float]) -> di
             "df": None,
         }
     welch = welch_interval(list(base.values()), list(other.values()))
-    return {"method": "Welch t (unpaired seeds)", "seeds": seeds, **welch}
+    sides = {"base_seeds": sorted(base), "other_seeds": sorted(other)}  # each side's own
+    return {"method": "Welch t (unpaired seeds)", "seeds": seeds, **sides, **welch}
 
 
 def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> dict:

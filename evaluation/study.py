@@ -740,9 +740,13 @@ def signed_cell(diff: dict, digits: int = 2) -> str:
 
 
 def seeds_cell(diff: dict) -> str:
-    """The seeds a difference was taken over, marked where they were not paired."""
-    seeds = ", ".join(map(str, diff["seeds"]))
-    return seeds if diff["method"].startswith("paired") else f"{seeds} (unpaired)"
+    """The seeds a difference was taken over; unpaired: each side's, "other vs base"."""
+    if diff["method"].startswith("paired"):
+        return ", ".join(map(str, diff["seeds"]))
+    if "other_seeds" in diff:
+        other, base = (", ".join(map(str, diff[k])) for k in ("other_seeds", "base_seeds"))
+        return f"{other} vs {base} (unpaired)"
+    return f"{', '.join(map(str, diff['seeds']))} (unpaired)"
 
 
 def table3_markdown(result: dict) -> str:

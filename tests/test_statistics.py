@@ -65,6 +65,7 @@ def test_difference_over_seeds_pairs_the_shared_seeds_and_falls_back_to_welch():
     assert same["method"] == "paired t over seeds" and same["difference"] == pytest.approx(0.6)
     one = difference_over_seeds(base, {3: 30.0})
     assert one["method"].startswith("Welch") and one["seeds"] == [1, 2, 3, 4, 5]
+    assert (one["other_seeds"], one["base_seeds"]) == ([3], [1, 2, 3, 4, 5])  # each side's own
     assert one["difference"] == pytest.approx(30.0 - statistics.fmean(base.values()))
     assert difference_over_seeds(base, {})["difference"] is None
 

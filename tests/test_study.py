@@ -29,6 +29,7 @@ from evaluation.study import (
     provenance_line,
     run_study,
     scored_runs,
+    seeds_cell,
     write_report,
 )
 from scripts.study import main as study_main
@@ -503,3 +504,13 @@ def test_the_provenance_lines_name_the_runs_whose_machine_or_code_is_unrecorded(
     code = provenance_line(runs, "code", "with")  # records from before the code was recorded
     assert "each): c1 (1); unrecorded (2: all/learned/seed-1, all/sinusoidal/seed-2," in code
     assert "each): unrecorded (1: all/learned" in provenance_line(runs[:1], "code", "with")
+
+
+def test_an_unpaired_difference_names_each_side_s_seeds():
+    paired = {"method": "paired t, shared seeds", "seeds": [1, 2]}
+    assert seeds_cell(paired) == "1, 2"
+    welch = {"method": "Welch t (unpaired seeds)", "seeds": [1, 2, 3]}
+    assert seeds_cell(welch | {"base_seeds": [1, 2, 3], "other_seeds": [1]}) == (
+        "1 vs 1, 2, 3 (unpaired)"
+    )
+    assert seeds_cell(welch) == "1, 2, 3 (unpaired)"  # a record from before the sides were kept
