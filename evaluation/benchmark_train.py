@@ -417,3 +417,27 @@ def top_operator_rows(profiles: dict, top: int = 10) -> tuple[list[str], list[tu
 
     rows = [(op, profile_group(op), *(cell(n, op) for n in names)) for op in operators]
     return headers, rows
+
+
+def lead_budget(entry: dict, precision: str, goal: float = 1.5) -> dict | None:
+    """What a ``goal``x lead over HF at one precision leaves for all that is not a GEMM.
+
+    From a model's entry with a profile and HF timed: ours' GEMM seconds a step (profiled: the
+    GEMMs' own time barely moves under the profiler), HF's median step over ``goal`` (the step
+    ours would need), the difference (the budget for everything else; negative: out of reach
+    whatever the rest costs), and what ours' median step spends outside its GEMMs now.
+    """
+    ours, theirs = f"ours {precision}", f"hf {precision}"
+    profiles, systems = entry.get("profile", {}), entry["systems"]
+    if ours not in profiles or theirs not in systems or ours not in systems:
+        return None
+    gemm_seconds = profiles[ours]["groups"][GEMMS]
+    target = systems[theirs]["seconds"] / goal
+    return {
+        "goal": goal,
+        "gemm_seconds": gemm_seconds,
+        "gemm_gflops": profiles[ours]["gemm_gflops"],
+        "target_seconds": target,
+        "budget_seconds": target - gemm_seconds,
+        "ours_rest_seconds": systems[ours]["seconds"] - gemm_seconds,
+    }

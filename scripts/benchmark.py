@@ -59,6 +59,7 @@ from evaluation.benchmark_decode import (
 )
 from evaluation.benchmark_train import (
     benchmark_train,
+    lead_budget,
     profile_rows,
     top_operator_rows,
     train_rows,
@@ -246,6 +247,15 @@ def run_train(args: argparse.Namespace) -> dict:
         print(format_table(*profile_rows(entry["profile"])) + "\n")
         align = "ll" + "r" * len(entry["profile"])
         print(format_table(*top_operator_rows(entry["profile"]), align=align))
+        for precision in fig["precisions"]:
+            if budget := lead_budget(entry, precision):
+                print(
+                    f"{model_name} {precision}: ours' GEMMs take {budget['gemm_seconds']:.3f} s a "
+                    f"step ({budget['gemm_gflops']:,.1f} GFLOP/s, profiled); {budget['goal']}x "
+                    f"hf's median step is {budget['target_seconds']:.3f} s, leaving "
+                    f"{budget['budget_seconds']:.3f} s for all else, where ours' median step "
+                    f"spends {budget['ours_rest_seconds']:.3f} s"
+                )
     return fig
 
 

@@ -12,6 +12,7 @@ from evaluation.benchmark_train import (
     OUTSIDE_OPERATORS,
     PROFILE_GROUPS,
     benchmark_train,
+    lead_budget,
     profile_group,
     profile_step,
 )
@@ -200,6 +201,21 @@ def test_train_command_profiles_each_system(capsys):
     assert "ours fp32" in header and "hf fp32" in header
     assert "GEMMs (mm, addmm, bmm)" in table and "aten::addmm" in table
     assert "the GEMMs' rate, GFLOP/s" in table
+    assert "tiny fp32: ours' GEMMs take " in table and "1.5x hf's median step is " in table
+
+
+def test_the_lead_budget_is_hf_s_step_over_the_goal_less_our_gemms():
+    gemms = {"groups": {"GEMMs (mm, addmm, bmm)": 4.0}, "gemm_gflops": 250.0}
+    entry = {
+        "profile": {"ours fp32": gemms},
+        "systems": {"ours fp32": {"seconds": 5.0}, "hf fp32": {"seconds": 6.9}},
+    }
+    budget = lead_budget(entry, "fp32")
+    assert budget["target_seconds"] == pytest.approx(4.6)
+    assert budget["budget_seconds"] == pytest.approx(0.6)  # what all that is not a GEMM may take
+    assert budget["ours_rest_seconds"] == pytest.approx(1.0)
+    assert lead_budget(entry, "bf16") is None  # nothing timed or profiled at that precision
+    assert lead_budget({"systems": entry["systems"]}, "fp32") is None  # no profile
 
 
 def test_profile_on_cuda_is_refused(capsys):
