@@ -251,8 +251,8 @@ def run_train(args: argparse.Namespace) -> dict:
             if budget := lead_budget(entry, precision):
                 print(
                     f"{model_name} {precision}: ours' GEMMs take {budget['gemm_seconds']:.3f} s a "
-                    f"step ({budget['gemm_gflops']:,.1f} GFLOP/s, profiled); {budget['goal']}x "
-                    f"hf's median step is {budget['target_seconds']:.3f} s, leaving "
+                    f"step ({budget['gemm_gflops']:,.1f} GFLOP/s, profiled); hf's median step "
+                    f"over {budget['goal']} is {budget['target_seconds']:.3f} s, leaving "
                     f"{budget['budget_seconds']:.3f} s for all else, where ours' median step "
                     f"spends {budget['ours_rest_seconds']:.3f} s"
                 )
