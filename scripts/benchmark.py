@@ -30,7 +30,8 @@ adds HF Marian trained the way its Trainer does. It prints tokens/s, GFLOP/s by
 against the GEMM peak measured in the same run, and the memory autograd saves for backward.
 ``--profile [STEPS]`` then profiles STEPS more steps of each system (torch.profiler, self CPU
 time): seconds per step by operator group (GEMMs, attention, dropout masks, copies, ...), what no
-operator covers, and the top operators of each. ``--device cuda`` runs bf16 only, at 25k
+operator covers, and the top operators of each; with ``--vs hf``, what a 1.5x lead would leave
+for all that is not a GEMM (``lead_budget``). ``--device cuda`` runs bf16 only, at 25k
 tokens a step, with ``torch.compile`` off and on, reports the CUDA allocator's peak and projects
 100k steps. ``--variants`` (evaluation/
 benchmark_variants.py) instead times that step for each position variant (default: all of
@@ -321,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         default=0,
         metavar="STEPS",
         help="then profile STEPS more steps of each system (default 2): self CPU time by "
-        "operator group, and the top operators (CPU only)",
+        "operator group, the top operators, and with --vs hf what a 1.5x lead leaves (CPU only)",
     )
     train.add_argument(
         "--variants",
