@@ -934,11 +934,12 @@ def concat_markdown(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bucket_table(records: list[dict]) -> dict:
+def bucket_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
     """The short condition against its control (all lengths), bucket by bucket, with counts.
 
     Per variant and bucket: BLEU mean over seeds in each condition, their ratio (short /
-    control), the ratio per seed both ran, and the number of sentences in the bucket.
+    control), the ratio per seed both ran, and the number of sentences in the bucket;
+    "differences" holds every variant's ratio minus the baseline's per bucket, by seed.
     """
     cells: dict[tuple, dict[int, float]] = {}
     sizes: dict[str, dict] = {}
@@ -973,7 +974,25 @@ def bucket_table(records: list[dict]) -> dict:
                 | {"ratio_by_seed": paired, "ratio_paired": interval(list(paired.values()))}
                 | {"short_seeds": sorted(short), "control_seeds": sorted(control)}
             )
-    return {"max_words": max_words, "bucket_width": BUCKET_WIDTH, "rows": rows}
+    base = {r["bucket"]: r["ratio_by_seed"] for r in rows if r["variant"] == baseline}
+    differences = [
+        {k: row[k] for k in ("variant", "bucket", "low", "high", "beyond", "n")}
+        | {"baseline": baseline}
+        | {
+            "ratio": difference_over_seeds(
+                {int(s): v for s, v in base[row["bucket"]].items()},
+                {int(s): v for s, v in row["ratio_by_seed"].items()},
+            )
+        }
+        for row in rows
+        if row["variant"] != baseline and row["bucket"] in base
+    ]
+    return {
+        "max_words": max_words,
+        "bucket_width": BUCKET_WIDTH,
+        "rows": rows,
+        "differences": differences,
+    }
 
 
 def bucket_markdown(table: dict) -> str:
@@ -996,6 +1015,24 @@ def bucket_markdown(table: dict) -> str:
         lines.append(
             f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} | {cell(row['short'])} "
             f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} |"
+        )
+    if table["differences"]:
+        lines += [
+            "",
+            f"## Each variant's ratio minus {table['differences'][0]['baseline']}'s, per bucket",
+            "",
+            "short / control per seed, the variant's minus the baseline's, paired by seed over the "
+            "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
+            "t-interval: below zero, the variant keeps less of its all-lengths BLEU there.",
+            "",
+            "| variant | bucket | sentences | seeds | Δ ratio |",
+            "|---|---|---|---|---|",
+        ]
+    for diff in table["differences"]:
+        mark = "*" if diff["beyond"] else ""
+        lines.append(
+            f"| {diff['variant']} | {diff['bucket']}{mark} | {diff['n']} "
+            f"| {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

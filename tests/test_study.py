@@ -472,6 +472,44 @@ def test_joined_minus_all_pairs_each_variant_with_its_control():
     assert "| rope | 4 | 1, 2 |" in text
 
 
+def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
+    """Per bucket: a variant's short/control ratio minus sinusoidal's, over the seeds both ran."""
+
+    def record(condition, variant, seed, bleus):
+        rows = [
+            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
+            | {"n": 9, "bleu": b}
+            for low, b in zip((6, 11), bleus, strict=True)
+        ]
+        head = {"condition": condition, "variant": variant, "seed": seed, "max_words": 10}
+        return head | {"by_bucket": rows}
+
+    records = [
+        record("all", "sinusoidal", 1, [30, 20]),
+        record("all", "sinusoidal", 2, [30, 30]),
+        record("short", "sinusoidal", 1, [30, 10]),
+        record("short", "sinusoidal", 2, [30, 18]),
+        record("all", "learned", 1, [40, 20]),
+        record("all", "learned", 2, [40, 40]),
+        record("all", "learned", 3, [40, 40]),
+        record("short", "learned", 1, [40, 8]),
+        record("short", "learned", 2, [40, 16]),
+        record("short", "learned", 3, [40, 4]),  # no sinusoidal seed 3: left out of the pairs
+    ]
+    table = bucket_table(records)
+    diffs = {d["bucket"]: d for d in table["differences"]}
+    assert {d["variant"] for d in table["differences"]} == {"learned"}
+    beyond = diffs["11-15"]
+    assert beyond["ratio"]["seeds"] == [1, 2] and beyond["n"] == 9 and beyond["beyond"]
+    # learned 8/20, 16/40 against sinusoidal 10/20, 18/30
+    assert beyond["ratio"]["difference"] == pytest.approx(((0.4 - 0.5) + (0.4 - 0.6)) / 2)
+    assert beyond["ratio"]["low"] < beyond["ratio"]["difference"] < beyond["ratio"]["high"]
+    assert diffs["6-10"]["ratio"]["difference"] == pytest.approx(0.0)
+    text = bucket_markdown(table)
+    assert "## Each variant's ratio minus sinusoidal's, per bucket" in text
+    assert "| learned | 11-15* | 9 | 1, 2 | -0.150 [" in text
+
+
 def test_buckets_without_short_runs_say_so_and_keep_l():
     """Control runs alone: no rows, the short condition's L in the title, one line saying why."""
     record = {
