@@ -938,8 +938,11 @@ def bucket_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
     """The short condition against its control (all lengths), bucket by bucket, with counts.
 
     Per variant and bucket: BLEU mean over seeds in each condition, their ratio (short /
-    control), the ratio per seed both ran, and the number of sentences in the bucket;
-    "differences" holds every variant's ratio minus the baseline's per bucket, by seed.
+    control), the ratio per seed both ran, and the number of sentences in the bucket; the
+    ratio per seed over that seed's ratio in the last bucket within the training lengths
+    ("in_range"), so what a variant already loses or gains at the lengths it was trained on
+    is not read as extrapolation; "differences" holds every variant minus the baseline per
+    bucket, by seed, in both.
     """
     cells: dict[tuple, dict[int, float]] = {}
     sizes: dict[str, dict] = {}
@@ -974,15 +977,33 @@ def bucket_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
                 | {"ratio_by_seed": paired, "ratio_paired": interval(list(paired.values()))}
                 | {"short_seeds": sorted(short), "control_seeds": sorted(control)}
             )
-    base = {r["bucket"]: r["ratio_by_seed"] for r in rows if r["variant"] == baseline}
+    in_range = max(
+        (s for s in sizes.values() if not s["beyond"]), key=lambda s: s["low"], default=None
+    )
+    reference = {
+        r["variant"]: r["ratio_by_seed"]
+        for r in rows
+        if r["bucket"] == (in_range or {}).get("bucket")
+    }
+    for row in rows:
+        ref = reference.get(row["variant"], {})
+        row["over_in_range_by_seed"] = {
+            s: round(v / ref[s], 4) for s, v in row["ratio_by_seed"].items() if ref.get(s)
+        }
+        row["over_in_range"] = interval(list(row["over_in_range_by_seed"].values()))
+    base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
+
+    def by_seed(values: dict[str, float]) -> dict[int, float]:
+        return {int(s): v for s, v in values.items()}
+
     differences = [
         {k: row[k] for k in ("variant", "bucket", "low", "high", "beyond", "n")}
         | {"baseline": baseline}
         | {
-            "ratio": difference_over_seeds(
-                {int(s): v for s, v in base[row["bucket"]].items()},
-                {int(s): v for s, v in row["ratio_by_seed"].items()},
+            key: difference_over_seeds(
+                by_seed(base[row["bucket"]][f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
             )
+            for key in ("ratio", "over_in_range")
         }
         for row in rows
         if row["variant"] != baseline and row["bucket"] in base
@@ -990,6 +1011,7 @@ def bucket_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
     return {
         "max_words": max_words,
         "bucket_width": BUCKET_WIDTH,
+        "in_range": (in_range or {}).get("bucket"),
         "rows": rows,
         "differences": differences,
     }
@@ -1002,10 +1024,14 @@ def bucket_markdown(table: dict) -> str:
         "",
         f"test_2016_flickr + validation, BLEU per source-length bucket ({table['bucket_width']} "
         "words; * = beyond the short runs' training lengths), mean over seeds; ratio = short / "
-        "control (and its mean over paired seeds [95% interval]).",
+        "control (and its mean over paired seeds [95% interval]); ÷ in-range = each seed's "
+        f"ratio over its ratio at {table['in_range']} words, the last bucket within the "
+        "training lengths, so what a variant loses or gains there already is not read as "
+        "extrapolation.",
         "",
-        "| variant | bucket | sentences | short BLEU | control BLEU | ratio | paired ratio |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | bucket | sentences | short BLEU | control BLEU | ratio | paired ratio "
+        "| ÷ in-range |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     if not table["rows"]:
         return "\n".join(lines[:4] + ["No run of the short condition is scored yet."]) + "\n"
@@ -1014,7 +1040,8 @@ def bucket_markdown(table: dict) -> str:
         mark = "*" if row["beyond"] else ""
         lines.append(
             f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} | {cell(row['short'])} "
-            f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} |"
+            f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} "
+            f"| {cell(row['over_in_range'], 3)} |"
         )
     if table["differences"]:
         lines += [
@@ -1023,16 +1050,19 @@ def bucket_markdown(table: dict) -> str:
             "",
             "short / control per seed, the variant's minus the baseline's, paired by seed over the "
             "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
-            "t-interval: below zero, the variant keeps less of its all-lengths BLEU there.",
+            "t-interval: below zero, the variant keeps less of its all-lengths BLEU there; the "
+            "same for the ratio ÷ in-range (below zero beyond the training lengths: the variant "
+            "loses more there than it does within them).",
             "",
-            "| variant | bucket | sentences | seeds | Δ ratio |",
-            "|---|---|---|---|---|",
+            "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range |",
+            "|---|---|---|---|---|---|",
         ]
     for diff in table["differences"]:
         mark = "*" if diff["beyond"] else ""
         lines.append(
             f"| {diff['variant']} | {diff['bucket']}{mark} | {diff['n']} "
-            f"| {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} |"
+            f"| {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
+            f"| {signed_cell(diff['over_in_range'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -479,7 +479,7 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
         rows = [
             {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
             | {"n": 9, "bleu": b}
-            for low, b in zip((6, 11), bleus, strict=True)
+            for low, b in zip((1, 6, 11), [30, *bleus], strict=True)  # 1-5: all alike
         ]
         head = {"condition": condition, "variant": variant, "seed": seed, "max_words": 10}
         return head | {"by_bucket": rows}
@@ -492,7 +492,7 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
         record("all", "learned", 1, [40, 20]),
         record("all", "learned", 2, [40, 40]),
         record("all", "learned", 3, [40, 40]),
-        record("short", "learned", 1, [40, 8]),
+        record("short", "learned", 1, [20, 8]),  # half its control within the lengths
         record("short", "learned", 2, [40, 16]),
         record("short", "learned", 3, [40, 4]),  # no sinusoidal seed 3: left out of the pairs
     ]
@@ -504,10 +504,19 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
     # learned 8/20, 16/40 against sinusoidal 10/20, 18/30
     assert beyond["ratio"]["difference"] == pytest.approx(((0.4 - 0.5) + (0.4 - 0.6)) / 2)
     assert beyond["ratio"]["low"] < beyond["ratio"]["difference"] < beyond["ratio"]["high"]
-    assert diffs["6-10"]["ratio"]["difference"] == pytest.approx(0.0)
+    assert diffs["6-10"]["ratio"]["difference"] == pytest.approx(((0.5 - 1) + (1 - 1)) / 2)
+    # over the in-range (6-10) ratio: learned seed 1 0.4 / 0.5, seed 2 0.4 / 1; sinusoidal 0.5, 0.6
+    assert table["in_range"] == "6-10"
+    rows = {(r["variant"], r["bucket"]): r for r in table["rows"]}
+    assert rows["learned", "11-15"]["over_in_range_by_seed"] == {"1": 0.8, "2": 0.4, "3": 0.1}
+    assert rows["learned", "6-10"]["over_in_range"]["mean"] == pytest.approx(1.0)
+    relative = beyond["over_in_range"]
+    assert relative["seeds"] == [1, 2]
+    assert relative["difference"] == pytest.approx(((0.8 - 0.5) + (0.4 - 0.6)) / 2)
     text = bucket_markdown(table)
     assert "## Each variant's ratio minus sinusoidal's, per bucket" in text
     assert "| learned | 11-15* | 9 | 1, 2 | -0.150 [" in text
+    assert "ratio over its ratio at 6-10 words" in text
 
 
 def test_buckets_without_short_runs_say_so_and_keep_l():
