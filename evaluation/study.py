@@ -818,13 +818,14 @@ def concat_differences(base: list[dict], other: list[dict]) -> dict:
     }
 
 
-def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
+def concat_table(records: list[dict], baselines: Sequence[str] = ROW_E) -> dict:
     """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
 
     Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
-    is taken per seed, then summarized; "differences" holds every variant minus the baseline
-    within a condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1));
-    "joined_minus_all" the same for each variant trained on joined lines minus its control.
+    is taken per seed, then summarized; "differences" holds every variant minus each baseline
+    (row E's two absolute encodings: a condition may leave one of them undertrained) within a
+    condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1)), a pair of baselines
+    once; "joined_minus_all" the same for each variant trained on joined lines minus its control.
     """
     rows = []
     for record in records:
@@ -854,13 +855,15 @@ def concat_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
             }
         )
     differences, remedy = [], []
+    for number, baseline in enumerate(baselines):
+        for (condition, variant, k), group in sorted(groups.items()):
+            base = groups.get((condition, baseline, k))
+            if variant not in baselines[: number + 1] and base:
+                differences.append(
+                    {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
+                    | concat_differences(base, group)
+                )
     for (condition, variant, k), group in sorted(groups.items()):
-        base = groups.get((condition, baseline, k))
-        if variant != baseline and base:
-            differences.append(
-                {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
-                | concat_differences(base, group)
-            )
         control = groups.get(("all", variant, k))
         if condition == "joined" and control:
             remedy.append({"variant": variant, "k": k} | concat_differences(control, group))
@@ -896,18 +899,20 @@ def concat_markdown(table: dict) -> str:
             f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
             f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
         )
-    if table["differences"]:
-        lines += [
-            "",
-            f"## Each variant minus {table['differences'][0]['baseline']}, per condition and k",
-            "",
-            "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all seeds "
-            "where fewer than two are shared).",
-            "",
-            "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
-            "|---|---|---|---|---|---|---|",
-        ]
+    baseline = None
     for diff in table["differences"]:
+        if diff["baseline"] != baseline:
+            baseline = diff["baseline"]
+            lines += [
+                "",
+                f"## Each variant minus {baseline}, per condition and k",
+                "",
+                "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all "
+                "seeds where fewer than two are shared).",
+                "",
+                "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
+                "|---|---|---|---|---|---|---|",
+            ]
         lines.append(
             f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
             f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "

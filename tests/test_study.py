@@ -431,6 +431,14 @@ def test_ratios_per_seed_and_per_bucket():
     )
     assert k2["bleu_ratio_to_k1"]["low"] is not None and diffs["short", 1]["bleu"]["low"] is None
     assert "## Each variant minus sinusoidal, per condition and k" in concat_markdown(concat)
+    learned = [dict(r, variant="learned") for r in records]  # row E's other encoding, also a base
+    concat = concat_table(records + baseline + learned)
+    pairs = {(d["variant"], d["baseline"]) for d in concat["differences"]}
+    assert pairs == {("rope", "sinusoidal"), ("learned", "sinusoidal"), ("rope", "learned")}
+    rope_vs_learned = [d for d in concat["differences"] if d["baseline"] == "learned"]
+    assert all(d["bleu"]["difference"] == pytest.approx(0.0) for d in rope_vs_learned)  # copies
+    text = concat_markdown(concat)
+    assert text.count("## Each variant minus ") == 2 and "## Each variant minus learned" in text
     assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
     assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
 
