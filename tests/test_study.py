@@ -101,10 +101,10 @@ def test_plan_puts_row_e_first_and_gives_it_five_seeds(tmp_path):
     assert seeds["sinusoidal"] == seeds["learned"] == [1, 2, 3, 4, 5]
     assert all(s == [1, 2, 3] for v, s in seeds.items() if v not in ("sinusoidal", "learned"))
     joined = [j for j in jobs if j.condition == "joined"]
-    assert "none" not in {j.variant for j in joined} and {j.seed for j in joined} == {1, 2}
+    assert "none" not in {j.variant for j in joined} and {j.seed for j in joined} == {1, 2, 3}
     short = {j.variant for j in jobs if j.condition == "short"}
     assert "learned_shape" in seeds and "learned_shape" not in short | {j.variant for j in joined}
-    assert "sinusoidal_shape" in short and len(jobs) == 31 + 14 + 24
+    assert "sinusoidal_shape" in short and len(jobs) == 31 + 21 + 24
     assert all_runs[0].run_dir == tmp_path / "all" / "learned" / "seed-1"
 
 
