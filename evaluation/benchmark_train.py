@@ -18,6 +18,7 @@ from evaluation.flops import (
     gemm_peak,
     hardware_name,
     native_bf16,
+    numpy_blas_peak,
     synchronized_time,
     transformer_flops,
 )
@@ -226,6 +227,9 @@ def benchmark_train(
         torch.set_num_threads(num_threads)
     gemm_size = gemm_size or (2048 if device.type == "cpu" else 8192)
     peaks = {"fp32": 0.0, "bf16": 0.0}
+    # numpy's BLAS uses every CPU: its peak is comparable only where torch does too
+    all_cpus = device.type == "cpu" and torch.get_num_threads() == len(os.sched_getaffinity(0))
+    numpy_blas = {"name": None, "fp32": 0.0} if all_cpus else None
 
     def measure_peaks() -> None:  # before and after each model; the best figure is the peak
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
@@ -234,7 +238,12 @@ def benchmark_train(
             full = name == "fp32" or native_bf16(device)
             size, repeats = (gemm_size, 10) if full else (min(gemm_size, 512), 1)
             peaks[name] = max(peaks[name], gemm_peak(dtype, device, size, repeats))
-        echo(f"GEMM peak: fp32 {peaks['fp32']:,.1f} GFLOP/s, bf16 {peaks['bf16']:,.1f} GFLOP/s")
+        line = f"GEMM peak: fp32 {peaks['fp32']:,.1f} GFLOP/s, bf16 {peaks['bf16']:,.1f} GFLOP/s"
+        if numpy_blas is not None:
+            measured = numpy_blas_peak(gemm_size)
+            numpy_blas.update(name=measured["name"], fp32=max(numpy_blas["fp32"], measured["fp32"]))
+            line += f"; numpy's BLAS ({numpy_blas['name']}) fp32 {numpy_blas['fp32']:,.1f}"
+        echo(line)
 
     measure_peaks()
     generator = torch.Generator().manual_seed(0)
@@ -256,6 +265,7 @@ def benchmark_train(
         "repeats": repeats,
         "num_threads": torch.get_num_threads(),
         "gemm_peak_gflops": peaks,
+        "numpy_blas_peak": numpy_blas,
         "torch_version": torch.__version__,
         "models": {},
     }
@@ -344,6 +354,8 @@ def benchmark_train(
     for entry in fig["models"].values():
         for row in entry["systems"].values():
             row["mfu"] = row["gflops"] / peaks[row["precision"]]
+            if numpy_blas is not None and row["precision"] == "fp32":
+                row["mfu_numpy_blas"] = row["gflops"] / numpy_blas["fp32"]
         # the most any system could lead theirs: ours at 100% MFU (every step a peak GEMM)
         entry["ratio_bound"] = {
             precision: entry["systems"][f"hf {precision}"]["seconds"]
@@ -351,6 +363,10 @@ def benchmark_train(
             for precision in ("fp32", "bf16")
             if f"hf {precision}" in entry["systems"] and peaks[precision] > 0
         }
+        if numpy_blas is not None and "hf fp32" in entry["systems"]:  # the same, at numpy's peak
+            entry["ratio_bound_numpy_blas"] = entry["systems"]["hf fp32"]["seconds"] / (
+                entry["flops_per_step"] / numpy_blas["fp32"] / 1e9
+            )
     fig["load_average"] = os.getloadavg()
     return fig
 

@@ -55,6 +55,29 @@ def gemm_peak(dtype, device, size: int = 2048, repeats: int = 10) -> float:
     return max(rates)
 
 
+def numpy_blas_peak(size: int = 2048, repeats: int = 10) -> dict:
+    """float32 GFLOP/s of the same square GEMM through numpy's BLAS, best of repeats, and its name.
+
+    Not a system we compare: a second opinion on what this CPU's float32 GEMMs can reach. On
+    the AMD EPYCs we met, numpy's OpenBLAS ran our shapes 1.2-1.4x faster than torch's MKL, so
+    an MFU against torch's own GEMM peak flatters every system there. numpy's BLAS starts as
+    many threads as there are CPUs, whatever torch's thread count.
+    """
+    import numpy as np
+
+    a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
+    out = np.empty_like(a)
+    rates = []
+    for run in range(repeats + 1):
+        start = time.perf_counter()
+        np.matmul(a, a, out=out)
+        elapsed = time.perf_counter() - start
+        if run:
+            rates.append(2 * size**3 / elapsed / 1e9)
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    return {"name": f"{blas['name']} {blas.get('version', '')}".strip(), "fp32": max(rates)}
+
+
 def cpu_flags() -> list[str]:
     """The CPU flags that decide bf16 speed (avx2, avx512f, avx512_bf16, amx_*) from cpuinfo."""
     try:

@@ -233,6 +233,23 @@ def run_train(args: argparse.Namespace) -> dict:
                 f"  {model_name} {precision}: at 100% MFU ours would be {bound:.2f}x hf "
                 f"{precision} (hf at {100 * entry['systems'][f'hf {precision}']['mfu']:.0f}% MFU)"
             )
+        blas = fig.get("numpy_blas_peak")
+        if blas and blas["fp32"] > 0:
+            mfus = ", ".join(
+                f"{name} {100 * row['mfu_numpy_blas']:.0f}%"
+                for name, row in entry["systems"].items()
+                if "mfu_numpy_blas" in row
+            )
+            print(
+                f"  {model_name} fp32 MFU against numpy's BLAS ({blas['name']}, "
+                f"{blas['fp32']:,.0f} GFLOP/s = {blas['fp32'] / peaks['fp32']:.2f}x torch's "
+                f"GEMM peak): {mfus}"
+                + (
+                    f"; at 100% of it ours would be {entry['ratio_bound_numpy_blas']:.2f}x hf fp32"
+                    if "ratio_bound_numpy_blas" in entry
+                    else ""
+                )
+            )
         for name, error in entry.get("failed", {}).items():
             print(f"  {model_name} {name}: failed, left out ({error})")
         if "projected_100k_steps_h" in entry:

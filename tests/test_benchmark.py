@@ -1,6 +1,8 @@
 """evaluation/benchmark_*.py through scripts/benchmark.py: each benchmark's figures on a tiny
 setting, the FLOP formula against torch's counter, and the table printer."""
 
+import os
+
 import pytest
 import torch
 
@@ -153,6 +155,34 @@ def test_train_benchmark_reports_sane_figures():
     assert entry["ratio_bound"]["fp32"] == pytest.approx(bound)
     assert ours["parameters"] == theirs["parameters"]  # identical dims, same trainable weights
     assert fig["gemm_peak_gflops"]["fp32"] > 0 and fig["gemm_peak_gflops"]["bf16"] > 0
+
+
+def test_numpy_s_blas_peak_is_a_second_mfu_where_torch_uses_every_cpu(capsys):
+    pytest.importorskip("transformers")
+    settings = dict(vs="hf", batch_size=2, length=3, vocab_size=40, repeats=1, gemm_size=128)
+    threads, cpus = torch.get_num_threads(), len(os.sched_getaffinity(0))
+    try:
+        fig = benchmark_train(["tiny"], num_threads=cpus, echo=print, **settings, **TINY_DIMS)
+        blas, entry = fig["numpy_blas_peak"], fig["models"]["tiny"]
+        assert blas["fp32"] > 0 and blas["name"]
+        for row in entry["systems"].values():
+            assert row["mfu_numpy_blas"] == pytest.approx(row["gflops"] / blas["fp32"])
+        hf_seconds = entry["systems"]["hf fp32"]["seconds"]
+        bound = hf_seconds / (entry["flops_per_step"] / blas["fp32"] / 1e9)
+        assert entry["ratio_bound_numpy_blas"] == pytest.approx(bound)
+        assert f"numpy's BLAS ({blas['name']}) fp32" in capsys.readouterr().out
+        main(
+            ["train", "--model", "tiny", "--vs", "hf", "--batch-size", "2", "--length", "3"]
+            + ["--vocab-size", "40", "--repeats", "1", "--threads", str(cpus)]
+        )
+        assert "fp32 MFU against numpy's BLAS (" in capsys.readouterr().out
+        if cpus > 1:  # one torch thread against numpy's many: not compared
+            one = benchmark_train(["tiny"], num_threads=1, echo=print, **settings, **TINY_DIMS)
+            assert one["numpy_blas_peak"] is None
+            assert "mfu_numpy_blas" not in one["models"]["tiny"]["systems"]["ours fp32"]
+            assert "numpy's BLAS" not in capsys.readouterr().out
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_train_command_prints_a_table(capsys):
