@@ -37,6 +37,18 @@ def transformer_flops(dims: dict, vocab_size: int, batch: int, src_len: int, tgt
     return 3 * forward
 
 
+def best_gflops(matmul, flops: float, repeats: int, clock=time.perf_counter) -> float:
+    """Best GFLOP/s of matmul() (flops each call) over repeats timed calls after one warm-up."""
+    rates = []
+    for run in range(repeats + 1):
+        start = clock()
+        matmul()
+        elapsed = clock() - start
+        if run:
+            rates.append(flops / elapsed / 1e9)
+    return max(rates)
+
+
 def gemm_peak(dtype, device, size: int = 2048, repeats: int = 10) -> float:
     """Measured matmul GFLOP/s of [size x size] @ [size x size] in dtype, best of repeats."""
     import torch
@@ -44,15 +56,12 @@ def gemm_peak(dtype, device, size: int = 2048, repeats: int = 10) -> float:
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     calls = 1 if device.type == "cpu" else 50
-    rates = []
-    for run in range(repeats + 1):
-        start = synchronized_time(device)
+
+    def matmul() -> None:
         for _ in range(calls):
             a @ b
-        elapsed = synchronized_time(device) - start
-        if run:
-            rates.append(2 * size**3 * calls / elapsed / 1e9)
-    return max(rates)
+
+    return best_gflops(matmul, 2 * size**3 * calls, repeats, lambda: synchronized_time(device))
 
 
 def numpy_blas_peak(size: int = 2048, repeats: int = 10) -> dict:
@@ -67,15 +76,9 @@ def numpy_blas_peak(size: int = 2048, repeats: int = 10) -> dict:
 
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
     out = np.empty_like(a)
-    rates = []
-    for run in range(repeats + 1):
-        start = time.perf_counter()
-        np.matmul(a, a, out=out)
-        elapsed = time.perf_counter() - start
-        if run:
-            rates.append(2 * size**3 / elapsed / 1e9)
+    rate = best_gflops(lambda: np.matmul(a, a, out=out), 2 * size**3, repeats)
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    return {"name": f"{blas['name']} {blas.get('version', '')}".strip(), "fp32": max(rates)}
+    return {"name": f"{blas['name']} {blas.get('version', '')}".strip(), "fp32": rate}
 
 
 def cpu_flags() -> list[str]:
