@@ -9,7 +9,7 @@ model/marian.py (sinusoidal runs only).
 
 One difference cannot be written into the folder: Marian's LayerNorms use eps 1e-5, hard-coded
 (``MarianConfig`` has no eps field), where ours default to 1e-6. ``export.json`` records both;
-``tests/test_export.py`` measures the effect (README "Use the model elsewhere"). Callers that
+``tests/test_export.py`` measures the effect (docs/interop.md). Callers that
 want the exact network set the modules' eps after loading: ``model.marian.set_layer_norm_eps``.
 """
 

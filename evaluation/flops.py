@@ -69,7 +69,7 @@ def numpy_blas_peak(size: int = 2048, repeats: int = 10) -> dict:
 
     Not a system we compare: a second opinion on what this CPU's float32 GEMMs can reach. On
     a Zen 3 EPYC, numpy's OpenBLAS ran the base step's GEMM shapes a median 1.27x faster than
-    torch's MKL (README "Performance"), so an MFU against torch's own GEMM peak flatters every
+    torch's MKL (docs/performance.md), so an MFU against torch's own GEMM peak flatters every
     system there. numpy's BLAS starts as many threads as there are CPUs, whatever torch's.
     """
     import numpy as np

@@ -1,4 +1,4 @@
-"""The position-encoding study (README "The study"): train and score every run, then report.
+"""The position-encoding study (docs/study.md): train and score every run, then report.
 
     python scripts/study.py run [--condition all joined short] [--variants V ...] [--seeds S ...]
         [--jobs N] [--root outputs/study] [--records results/pe_study/runs]
