@@ -143,12 +143,20 @@ def diverged_in_log(log: Path) -> bool:
     return any(int(n) >= DIVERGED_AFTER for n in counts)
 
 
+def read_config(run_dir: Path) -> dict:
+    """A run's .hydra/config.yaml, resolved; run_dir (Hydra's output folder when train.py was
+    launched by hand, saved unresolved) is the folder the run is read from."""
+    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    config.run_dir = str(run_dir)
+    return OmegaConf.to_container(config, resolve=True)
+
+
 def read_grid_run(run_dir: Path) -> GridRun | None:
     """The grid record of a finished or diverged run; None while it is unfinished."""
     config_path = run_dir / ".hydra" / "config.yaml"
     if not config_path.is_file():
         return None
-    config = OmegaConf.to_container(OmegaConf.load(config_path), resolve=True)
+    config = read_config(run_dir)
     max_steps = int(config["trainer"]["max_steps"])
     metrics = finished_metrics(run_dir)
     if metrics is not None:
@@ -470,13 +478,17 @@ def tuning_markdown(result: dict) -> str:
 
 
 def plot_tuning(result: dict, path: Path) -> None:
-    """Dev PPL against the rate (log x), one line per variant (means), seeds as dots, diverged
-    runs as crosses at the top, the chosen rate ringed."""
+    """Dev PPL against the rate (log x), one line per variant (means where every seed ran),
+    seeds as dots, diverged runs as crosses at the top, the chosen rate ringed."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for i, (variant, row) in enumerate(result["variants"].items()):
         colour = f"C{i % 10}"
-        means = [(p["lr_scale"], p["mean"]) for p in row["rates"] if p["mean"] is not None]
+        means = [  # the rates every grid seed ran
+            (p["lr_scale"], p["mean"])
+            for p in row["rates"]
+            if p["mean"] is not None and p["n"] == len(result["seeds"])
+        ]
         if means:
             ax.plot(*zip(*means, strict=True), color=colour, marker="_", label=variant)
         for p in row["rates"]:
@@ -489,6 +501,8 @@ def plot_tuning(result: dict, path: Path) -> None:
                 ax.scatter(p["lr_scale"], p["mean"], s=120, facecolors="none",
                            edgecolors=colour, zorder=4)  # fmt: skip
     ax.set_xscale("log", base=2)
+    rates = sorted({p["lr_scale"] for row in result["variants"].values() for p in row["rates"]})
+    ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
     ax.set_xlabel("optim.lr_scale (× the schedule's rate)")
     ax.set_ylabel("dev PPL at the last step")
     ax.set_title(f"Learning-rate grid: {result['experiment']} (ring: chosen; ×: diverged)")
@@ -585,7 +599,7 @@ def read_plateau_run(run_dir: Path, threshold: float) -> PlateauRun:
     config_path = run_dir / ".hydra" / "config.yaml"
     if not config_path.is_file():
         raise TuningError(f"--runs {run_dir}: no .hydra/config.yaml; pass a run folder or record")
-    config = OmegaConf.load(config_path)
+    config = OmegaConf.create(read_config(run_dir))
     curve = read_curve(run_dir)
     if not curve:
         raise TuningError(
@@ -680,7 +694,8 @@ def plateau(
     write_json(out / "plateau.json", result)
     plot_plateau(runs, budget, out / "dev_ppl_plateau.png")
     for r in runs:
-        echo(f"plateau: {r.path}: {r.variant} lr×{r.lr_scale:g}, plateau at step {r.plateau_step}")
+        at = "none yet" if r.plateau_step is None else f"step {r.plateau_step}"
+        echo(f"plateau: {r.path}: {r.variant} lr×{r.lr_scale:g}, plateau: {at}")
     echo(f"plateau: budget {why}")
     echo(f"written: {out}/ (plateau.json, dev_ppl_plateau.png)")
     return result
