@@ -255,9 +255,6 @@ def point_overrides(protocol: Protocol, variant: str, seed: int, rate: float) ->
 def check_protocol(runs: Sequence[GridRun], protocol: Protocol) -> None:
     """Refuse runs trained with other settings than the protocol's experiment and overrides."""
     known = position_variants()
-    for variant in protocol.variants or ():
-        if variant not in known:
-            raise TuningError(f"--variants {variant}: not in configs/position ({', '.join(known)})")
     checked = set()
     for run in runs:
         if run.variant in checked:
@@ -284,9 +281,14 @@ def check_protocol(runs: Sequence[GridRun], protocol: Protocol) -> None:
 
 
 def check_grid(protocol: Protocol) -> None:
-    """Refuse a grid of fewer than 2 seeds, non-positive rates, or overrides of its own keys."""
+    """Refuse a grid of fewer than 2 seeds, unknown variants, non-positive rates, or overrides
+    of the grid's own keys."""
     if len(set(protocol.seeds)) < 2:
         raise TuningError(f"--seeds {' '.join(map(str, protocol.seeds))}: pass 2 or more seeds")
+    known = position_variants()
+    for variant in protocol.variants or ():
+        if variant not in known:
+            raise TuningError(f"--variants {variant}: not in configs/position ({', '.join(known)})")
     if not protocol.rates or any(not float(r) > 0 for r in protocol.rates):
         raise TuningError(f"--rates {' '.join(map(str, protocol.rates))}: pass positive rates")
     for override in protocol.overrides:
@@ -296,6 +298,22 @@ def check_grid(protocol: Protocol) -> None:
                 f"override {override}: the grid sets {key} itself (--rates, --seeds, --variants, "
                 "--experiment, --root); leave it out"
             )
+
+
+def check_overrides(protocol: Protocol, variant: str) -> None:
+    """Refuse overrides (or an experiment) that do not compose: the plan would print them."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    words = point_overrides(protocol, variant, protocol.seeds[0], protocol.rates[0])
+    try:
+        compose_config([*words, "run_dir=."])
+    except (HydraException, OmegaConfBaseException) as e:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TuningError(
+            f"{' '.join([f'experiment={protocol.experiment_config}', *protocol.overrides])} "
+            f"does not compose ({message}): fix --experiment or the overrides after --"
+        ) from e
 
 
 def tune_variant(variant: str, runs: Sequence[GridRun], protocol: Protocol) -> VariantTuning:
@@ -527,6 +545,7 @@ def tune(
             " pass --variants to plan the grid (tune --plan)"
         )
     runs = [r for r in runs if r.variant in variants]
+    check_overrides(protocol, variants[0])
     check_one_configuration(runs)
     check_protocol(runs, protocol)
     tunings = [tune_variant(v, runs, protocol) for v in variants]

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None):
         )
         return tune(args.stores, protocol, None if args.plan else args.out)
     if args.command == "plateau":
+        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader's file lines
         return plateau(args.runs, args.out, args.threshold)
     return write_report(args.root, args.out, args.resamples)
 

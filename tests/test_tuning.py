@@ -159,6 +159,8 @@ def test_overrides_the_records_were_not_trained_with_are_refused(tmp_path):
         tune([STORE, STORE_05], protocol, None, echo=lambda _: None)
     with pytest.raises(TuningError, match="optim.lr_scale"):  # the grid's own key
         tune([STORE], Protocol(overrides=("optim.lr_scale=0.1",)), None, echo=lambda _: None)
+    with pytest.raises(TuningError, match="trainer.max_step=5 does not compose"):
+        tune([STORE], Protocol(overrides=("trainer.max_step=5",)), None, echo=lambda _: None)
     with pytest.raises(TuningError, match="--seeds 1"):
         tune([STORE], Protocol(seeds=(1,)), None, echo=lambda _: None)
 
