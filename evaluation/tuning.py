@@ -480,7 +480,8 @@ def tuning_markdown(result: dict) -> str:
                 for s, v in point["dev_ppl_by_seed"].items()
             )
             mean = point["mean"] if point["mean"] is not None or point["n"] == 0 else math.inf
-            mark = "**chosen**" if point["lr_scale"] == row["chosen_lr_scale"] else ""
+            chosen = "**chosen**" if row["complete"] else "chosen so far"
+            mark = chosen if point["lr_scale"] == row["chosen_lr_scale"] else ""
             lines.append(
                 f"| {variant} | {point['lr_scale']:g} | {seeds or '—'} | {ppl_cell(mean)} "
                 f"| {point['n']} | {mark} |"

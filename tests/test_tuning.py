@@ -104,7 +104,7 @@ def test_the_committed_stores_choose_the_lowest_mean_and_step_past_an_edge(tmp_p
     saved = json.loads((tmp_path / "out" / "tuning.json").read_text())
     assert saved["variants"] == result["variants"]
     assert (tmp_path / "out" / "dev_ppl_vs_lr.png").stat().st_size > 0
-    assert "**chosen**" in (tmp_path / "out" / "tuning.md").read_text()
+    assert "chosen so far" in (tmp_path / "out" / "tuning.md").read_text()  # edges to go
 
 
 def test_a_full_grid_of_records_with_a_diverged_run(tmp_path, caplog):
@@ -126,7 +126,9 @@ def test_a_full_grid_of_records_with_a_diverged_run(tmp_path, caplog):
     assert means[1.0] == pytest.approx(11.35) and means[0.5] == pytest.approx(11.25)
     assert row["chosen_lr_scale"] == 0.5  # the lowest mean, not the lowest seed (10.9, 9.0)
     assert (row["at_edge"], row["complete"], result["missing"]) == (None, True, [])
-    assert "inf (diverged)" in (tmp_path / "out" / "tuning.md").read_text()
+    markdown = (tmp_path / "out" / "tuning.md").read_text()
+    assert "inf (diverged)" in markdown and "| sinusoidal | 0.5 |" in markdown
+    assert markdown.count("**chosen**") == 1 and "chosen so far" not in markdown
 
 
 @pytest.mark.parametrize(
