@@ -4,11 +4,19 @@
         [--jobs N] [--root outputs/study] [--records results/pe_study/runs]
         [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
+    python scripts/study.py tune [--stores S ...] [--out results/pe_tuning] [--plan]
+        [--condition all | --experiment E [--root outputs/tuning]] [--variants V ...]
+        [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
+    python scripts/study.py plateau --runs RUN [RUN ...] [--out results/pe_plateau]
+        [--threshold 0.02]
 
 `run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ (one
 thread a run, N runs at a time), resumes unfinished runs, skips finished ones and those the
 record store holds, scores each run once and keeps its record (no checkpoints) in the store
 (evaluation/study.py). `report` writes the tables, JSON and plots of every scored run.
+`tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
+(`--plan`: print the commands of the grid points not run yet) and `plateau` the step budget
+from runs' dev PPL curves (evaluation/tuning.py).
 """
 
 import argparse
@@ -20,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from data.errors import report_user_errors
 from evaluation.study import CONDITIONS, RECORDS, run_study, write_report
+from evaluation.tuning import DEFAULT_RATES, DEFAULT_SEEDS, Protocol, plateau, tune
 
 
 def records_folder(value: str) -> Path | None:
@@ -56,7 +65,46 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     report.add_argument("--out", type=Path, default=Path("results/pe_study"), help="report folder")
     report.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: off)")
+    add_tune(commands)
+    add_plateau(commands)
     return parser.parse_args(argv)
+
+
+def add_tune(commands) -> None:
+    """The command line of `tune`."""
+    tune = commands.add_parser("tune", help="each variant's learning rate from a grid, by dev PPL")
+    tune.add_argument(
+        "--stores",
+        type=Path,
+        nargs="+",
+        help="record stores or run roots holding <folder>/<variant>/seed-<s> (default: "
+        "results/pe_study/runs and results/pe_study_lr*/runs; with --experiment <root>/lr*)",
+    )
+    tune.add_argument("--out", type=Path, default=Path("results/pe_tuning"), help="report folder")
+    tune.add_argument("--plan", action="store_true", help="print the missing runs; write nothing")
+    tune.add_argument(
+        "--condition", default="all", choices=sorted(CONDITIONS), help="study condition"
+    )
+    tune.add_argument(
+        "--experiment", help="any configs/experiment/<name> instead (runs: train.py, in --root)"
+    )
+    tune.add_argument(
+        "--root", type=Path, default=Path("outputs/tuning"), help="--experiment's runs folder"
+    )
+    tune.add_argument("--variants", nargs="+", help="position variants (default: those found)")
+    tune.add_argument("--rates", type=float, nargs="+", default=list(DEFAULT_RATES))
+    tune.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
+    tune.add_argument("overrides", nargs="*", help="Hydra overrides of every run, after --")
+
+
+def add_plateau(commands) -> None:
+    """The command line of `plateau`."""
+    plateau = commands.add_parser("plateau", help="the step budget at the dev PPL plateau")
+    plateau.add_argument("--runs", type=Path, nargs="+", required=True, help="run folders")
+    plateau.add_argument("--out", type=Path, default=Path("results/pe_plateau"))
+    plateau.add_argument(
+        "--threshold", type=float, default=0.02, help="relative improvement (default 0.02)"
+    )
 
 
 @report_user_errors
@@ -76,6 +124,20 @@ def main(argv: list[str] | None = None):
             args.overrides,
             records=args.records,
         )
+    if args.command == "tune":
+        protocol = Protocol(
+            condition=args.condition,
+            experiment=args.experiment,
+            overrides=tuple(args.overrides),
+            variants=tuple(args.variants) if args.variants else None,
+            rates=tuple(args.rates),
+            seeds=tuple(args.seeds),
+            root=args.root,
+        )
+        return tune(args.stores, protocol, None if args.plan else args.out)
+    if args.command == "plateau":
+        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader's file lines
+        return plateau(args.runs, args.out, args.threshold)
     return write_report(args.root, args.out, args.resamples)
 
 

@@ -1,0 +1,254 @@
+"""The tuning stage and the plateau budget (evaluation/tuning.py, scripts/study.py tune/plateau),
+on the committed record stores (read only), on copies of a committed record, and on tiny runs."""
+
+import json
+import logging
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from evaluation.tuning import (
+    PlateauRun,
+    Protocol,
+    TuningError,
+    plateau,
+    plateau_step,
+    read_curve,
+    read_grid_run,
+    step_budget,
+    tune,
+)
+from model.training import DivergenceError
+from tests.conftest import ROOT, script_main
+
+STORE = ROOT / "results" / "pe_study" / "runs"  # optim.lr_scale 1.0
+STORE_05 = ROOT / "results" / "pe_study_lr05" / "runs"  # optim.lr_scale 0.5
+RECORD = STORE / "all" / "sinusoidal"
+
+
+def dev_ppl(record: Path) -> float:
+    """What metrics.json holds: the dev PPL at the run's last step."""
+    return json.loads((record / "metrics.json").read_text())["dev_ppl"]
+
+
+def copy_record(seed: int, store: Path, rate: float, ppl: float | None = None) -> Path:
+    """A committed record copied to <store>/all/sinusoidal/seed-<seed>, trained (so its config
+    says) at optim.lr_scale=rate, its last dev PPL set to ppl (None: kept)."""
+    target = store / "all" / "sinusoidal" / f"seed-{seed}"
+    shutil.copytree(RECORD / f"seed-{seed}", target)
+    config = OmegaConf.load(target / ".hydra" / "config.yaml")
+    config.optim.lr_scale = rate
+    OmegaConf.save(config, target / ".hydra" / "config.yaml")
+    if ppl is not None:
+        metrics = json.loads((target / "metrics.json").read_text())
+        (target / "metrics.json").write_text(json.dumps(metrics | {"dev_ppl": ppl}))
+    return target
+
+
+def diverge(record: Path, caplog) -> None:
+    """Leave in a record what a DivergenceError leaves: train.py's warnings in train.log, no
+    metrics.json (train.py's own skipped_update writes the lines)."""
+    from train import skipped_update
+
+    (record / "metrics.json").unlink()
+    with caplog.at_level(logging.WARNING, logger="train"):
+        with pytest.raises(DivergenceError):
+            for bad in range(1, 11):
+                skipped_update(bad, 1234, record / "checkpoints")
+    with (record / "train.log").open("a") as log:
+        log.writelines(
+            f"[2026-12-03 00:00:00,000][train][WARNING] - {r.message}\n" for r in caplog.records
+        )
+
+
+def mean_ppl(*records: Path) -> float:
+    return sum(dev_ppl(r) for r in records) / len(records)
+
+
+def test_the_committed_stores_choose_the_lowest_mean_and_step_past_an_edge(tmp_path):
+    protocol = Protocol(variants=("sinusoidal", "t5"), rates=(0.5, 1.0), seeds=(1, 2))
+    result = tune([STORE, STORE_05], protocol, tmp_path / "out", echo=lambda _: None)
+    edges = set()
+    for variant in ("sinusoidal", "t5"):
+        row = result["variants"][variant]
+        means = {
+            rate: mean_ppl(*(store / "all" / variant / f"seed-{s}" for s in (1, 2)))
+            for rate, store in ((0.5, STORE_05), (1.0, STORE))
+        }
+        best = min(means, key=means.get)
+        assert row["chosen_lr_scale"] == best
+        for point in row["rates"]:  # seeds 3-5 of the store are not the grid's
+            assert point["n"] == 2 and point["mean"] == pytest.approx(means[point["lr_scale"]])
+            store = STORE if point["lr_scale"] == 1.0 else STORE_05
+            assert point["dev_ppl_by_seed"] == {
+                str(s): dev_ppl(store / "all" / variant / f"seed-{s}") for s in (1, 2)
+            }
+        edge = "low" if best == 0.5 else "high"
+        beyond = 0.25 if best == 0.5 else 2.0
+        assert (row["at_edge"], row["next_rate"], row["complete"]) == (edge, beyond, False)
+        edges.add(edge)
+        command = next(c for c in result["commands"] if f"optim.lr_scale={beyond!r}" in c)
+        assert f"--variants {variant}" in command and "--seeds 1 2" in command
+        assert f"--records results/pe_study_lr{f'{beyond:g}'.replace('.', '')}/runs" in command
+        assert {
+            (m["variant"], m["lr_scale"]) for m in result["missing"] if m["variant"] == variant
+        } == {(variant, beyond)}
+    assert edges == {"low", "high"}  # these records exercise both edges
+    saved = json.loads((tmp_path / "out" / "tuning.json").read_text())
+    assert saved["variants"] == result["variants"]
+    assert (tmp_path / "out" / "dev_ppl_vs_lr.png").stat().st_size > 0
+    assert "chosen so far" in (tmp_path / "out" / "tuning.md").read_text()  # edges to go
+
+
+def test_a_full_grid_of_records_with_a_diverged_run(tmp_path, caplog):
+    store = tmp_path / "store"
+    ppls = {0.25: (15.0, 15.4), 0.5: (11.0, 11.5), 1.0: (10.9, 11.8), 2.0: (9.0, None)}
+    for rate, (first, second) in ppls.items():
+        copy_record(1, store / f"lr{rate}", rate, first)
+        run = copy_record(2, store / f"lr{rate}", rate, second or 1.0)
+        if second is None:  # seed 2 diverged at 2.0: counts as infinite, not as 1.0
+            diverge(run, caplog)
+    assert read_grid_run(run).diverged
+    result = tune(
+        sorted(store.iterdir()), Protocol(variants=("sinusoidal",)), tmp_path / "out", print
+    )
+    row = result["variants"]["sinusoidal"]
+    assert len(row["rates"]) == 4
+    means = {p["lr_scale"]: p["mean"] for p in row["rates"]}
+    assert means[2.0] is None and row["rates"][-1]["diverged_seeds"] == [2]
+    assert means[1.0] == pytest.approx(11.35) and means[0.5] == pytest.approx(11.25)
+    assert row["chosen_lr_scale"] == 0.5  # the lowest mean, not the lowest seed (10.9, 9.0)
+    assert (row["at_edge"], row["complete"], result["missing"]) == (None, True, [])
+    markdown = (tmp_path / "out" / "tuning.md").read_text()
+    assert "inf (diverged)" in markdown and "| sinusoidal | 0.5 |" in markdown
+    assert markdown.count("**chosen**") == 1 and "chosen so far" not in markdown
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("model.d_model", 256), ("trainer.max_steps", 4000), ("data.max_len", 100)]
+)
+def test_records_of_another_configuration_are_refused(tmp_path, capsys, key, value):
+    store = tmp_path / "store"
+    copy_record(1, store, 1.0)
+    other = copy_record(2, store, 0.5)
+    config = OmegaConf.load(other / ".hydra" / "config.yaml")
+    OmegaConf.update(config, key, value)
+    OmegaConf.save(config, other / ".hydra" / "config.yaml")
+    if key == "trainer.max_steps":  # trained to that budget: another budget, not a short run
+        metrics = json.loads((other / "metrics.json").read_text())
+        (other / "metrics.json").write_text(json.dumps(metrics | {"steps": value}))
+    main = script_main("study")
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            ["tune", "--stores", str(store), "--out", str(tmp_path / "out"), "--rates", "0.5", "1"]
+        )
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and f"{key}:" in err[0]
+    assert not (tmp_path / "out").exists()  # a refused command writes nothing
+
+
+def test_overrides_the_records_were_not_trained_with_are_refused(tmp_path):
+    protocol = Protocol(variants=("sinusoidal",), overrides=("trainer.max_steps=8000",))
+    with pytest.raises(TuningError, match="trainer.max_steps: 2000 -> 8000"):
+        tune([STORE, STORE_05], protocol, None, echo=lambda _: None)
+    with pytest.raises(TuningError, match="optim.lr_scale"):  # the grid's own key
+        tune([STORE], Protocol(overrides=("optim.lr_scale=0.1",)), None, echo=lambda _: None)
+    with pytest.raises(TuningError, match="trainer.max_step=5 does not compose"):
+        tune([STORE], Protocol(overrides=("trainer.max_step=5",)), None, echo=lambda _: None)
+    with pytest.raises(TuningError, match="--seeds 1"):
+        tune([STORE], Protocol(seeds=(1,)), None, echo=lambda _: None)
+
+
+def test_a_users_own_experiment_plans_trains_and_tunes(tmp_path, capsys, cache_dir):
+    """--plan's train.py commands, run as printed, make the runs that tune then reads."""
+    tiny = [
+        f"cache_dir={cache_dir}",
+        "data.corpus.train_size=2000",
+        "data.vocab_size=400",
+        "model.d_model=64",
+        "model.d_ff=128",
+        "trainer.effective_tokens=1024",
+        "trainer.max_minutes=null",
+        "trainer.num_threads=1",
+        "trainer.max_steps=20",
+        "trainer.eval_every=10",
+        "trainer.eval_bleu_sentences=5",
+    ]
+    grid = ["--experiment", "quickstart", "--variants", "sinusoidal", "--rates", "0.5", "1"]
+    grid += ["--seeds", "1", "2", "--root", str(tmp_path / "grid")]
+    main = script_main("study")
+    main(["tune", "--plan", *grid, "--", *tiny])
+    commands = [c for c in capsys.readouterr().out.splitlines() if c.startswith("python train.py")]
+    assert len(commands) == 4 and not (tmp_path / "grid").exists()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for command in commands:
+        words = shlex.split(command)
+        subprocess.run(
+            [sys.executable, *words[1:]], cwd=ROOT, env=env, check=True, capture_output=True
+        )
+    result = main(["tune", *grid, "--out", str(tmp_path / "out"), "--", *tiny])
+    runs = {
+        rate: [tmp_path / "grid" / tag / "quickstart" / "sinusoidal" / f"seed-{s}" for s in (1, 2)]
+        for rate, tag in ((0.5, "lr05"), (1.0, "lr1"))
+    }
+    means = {rate: mean_ppl(*dirs) for rate, dirs in runs.items()}
+    row = result["variants"]["sinusoidal"]
+    assert row["chosen_lr_scale"] == min(means, key=means.get)
+    beyond = {0.5: 0.25, 1.0: 2.0}[row["chosen_lr_scale"]]  # two rates: the best is an edge
+    assert [m["lr_scale"] for m in result["missing"]] == [beyond, beyond]
+    assert all(f"optim.lr_scale={beyond!r}" in c for c in result["commands"])
+    assert all(c.startswith("python train.py experiment=quickstart") for c in result["commands"])
+    out = plateau(runs[1.0], tmp_path / "plateau", 0.02, echo=lambda _: None)
+    assert [r["curve"][-1][0] for r in out["runs"]] == [20, 20]
+    assert all(len(r["curve"]) == 2 for r in out["runs"])
+
+
+def test_plateau_on_a_constructed_curve():
+    curve = [(250, 50.0), (500, 20.0), (750, 12.0), (1000, 11.9), (1250, 11.8), (1500, 11.75)]
+    assert plateau_step(curve, 0.02) == 1000  # 11.75 >= 0.98 * 11.9, but < 0.98 * 12.0
+    assert plateau_step(curve, 0.005) == 1250
+    assert plateau_step(curve, 0.0001) is None  # still improving at the last-but-one eval
+    assert plateau_step([(500, 10.0), (1000, 10.5)], 0.02) == 500  # worse later: flat
+    runs = [
+        PlateauRun(Path(f"r{i}"), "v", 1.0, 2000, 500, True, tuple(curve), step)
+        for i, step in enumerate((1000, 1250))
+    ]
+    assert step_budget(runs)[0] == 1500  # the latest plateau, rounded up to the eval interval
+    runs.append(PlateauRun(Path("open"), "v", 1.0, 2000, 500, True, tuple(curve), None))
+    budget, why = step_budget(runs)
+    assert budget is None and "open" in why
+
+
+def test_plateau_on_a_committed_record(tmp_path):
+    record = RECORD / "seed-1"
+    curve = read_curve(record)
+    logged = {
+        int(line.split(" - step ")[1].split()[0]): float(line.split(" dev ppl ")[1].split()[0])
+        for line in (record / "train.log").read_text().splitlines()
+        if " dev ppl " in line
+    }
+    assert [step for step, _ in curve] == sorted(logged) == [500, 1000, 1500, 2000]
+    assert all(abs(value - logged[step]) < 5e-4 for step, value in curve)
+    assert curve[-1][1] == pytest.approx(dev_ppl(record))
+    result = plateau([record], tmp_path / "two", 0.02, echo=lambda _: None)
+    assert result["runs"][0]["plateau_step"] is None and result["budget"] is None
+    gains = dict(result["runs"][0]["gain_after"])  # still 22% better after step 1500
+    assert gains[1500] == pytest.approx(1 - curve[-1][1] / curve[-2][1])
+    result = plateau([record], tmp_path / "thirty", 0.3, echo=lambda _: None)
+    assert (result["runs"][0]["plateau_step"], result["budget"]) == (1500, 1500)
+    assert (tmp_path / "thirty" / "dev_ppl_plateau.png").stat().st_size > 0
+    no_events = tmp_path / "record"
+    shutil.copytree(record, no_events, ignore=shutil.ignore_patterns("tensorboard"))
+    from_log = read_curve(no_events)  # train.log's lines, three decimals
+    assert [s for s, _ in from_log] == [s for s, _ in curve]
+    assert all(
+        math.isclose(a, b, abs_tol=5e-4) for (_, a), (_, b) in zip(from_log, curve, strict=True)
+    )
