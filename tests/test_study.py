@@ -627,7 +627,6 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
     assert "equivalence not shown" in text and "25.7 vs 25.8 (-0.1)" in text
     assert f"±{far['equivalence']['smallest_margin']:.2f} BLEU" in text
     assert ": equivalent |" in "\n".join(row_e_markdown(close))
-    )
     learned = differences_to(records(shifts["far"]), "learned")
     assert [d["variant"] for d in learned] == ["sinusoidal"]
     assert learned[0]["across_seeds"]["difference"] == pytest.approx(
