@@ -840,7 +840,7 @@ def signed_cell(diff: dict, digits: int = 2) -> str:
 
 
 def p_cell(test: dict, key: str = "p") -> str:
-    """ "p (Holm p)" of a test in a family, or an em dash."""
+    """A test's p with its Holm-adjusted p in brackets (where it has one), or an em dash."""
     if test.get(key) is None:
         return "—"
     holm = test.get("p_holm")
@@ -944,12 +944,8 @@ def interval_cell(diff: dict) -> str:
 
 def row_e_markdown(row: dict) -> list[str]:
     """Row (E): the t-interval, the two-level bootstrap, TOST at ±margin, power and the paper."""
-    eq, power, boot, paper = (
-        row["equivalence"],
-        row["power"],
-        row["two_level_bootstrap"],
-        row["paper"],
-    )
+    eq, power = row["equivalence"], row["power"]
+    boot, paper = row["two_level_bootstrap"], row["paper"]
     title = f"{row['variant']} minus {row['baseline']}"
     lines = ["", f"## Row (E): {title}, paired by seed ({', '.join(map(str, row['seeds']))})", ""]
     lines += ["| measure | value |", "|---|---|"]
@@ -980,6 +976,14 @@ def row_e_markdown(row: dict) -> list[str]:
         f"| Paper ({paper['note']}) | {paper[row['variant']]} vs {paper[row['baseline']]} "
         f"({paper['difference']:+.1f}) |"
     )
+    if boot:
+        lines += [
+            "",
+            "The t-interval reads the spread over seeds on this one test set; the two-level "
+            "bootstrap adds which test sentences were drawn, but a resample of "
+            f"{len(boot['seeds'])} seeds keeps only (n - 1)/n of their variance and takes few "
+            "distinct values, so with few seeds it understates the seed spread.",
+        ]
     return lines
 
 
