@@ -810,7 +810,7 @@ def row_e(by_variant: dict[str, list[dict]], resamples: int) -> dict | None:
             ROW_E[0]: paper_base,
             ROW_E[1]: paper_other,
             "difference": round(paper_other - paper_base, 2),
-            "note": "tokenized BLEU on newstest2013, one run each (Vaswani et al. 2017, Table 3)",
+            "note": "tokenized BLEU on newstest2013, one run each, Vaswani et al. 2017 Table 3",
         },
     }
 
@@ -973,7 +973,7 @@ def row_e_markdown(row: dict) -> list[str]:
             f"{power['seeds_for_one']} |"
         )
     lines.append(
-        f"| Paper ({paper['note']}) | {paper[row['variant']]} vs {paper[row['baseline']]} "
+        f"| Paper: {paper['note']} | {paper[row['variant']]} vs {paper[row['baseline']]} "
         f"({paper['difference']:+.1f}) |"
     )
     if boot:
