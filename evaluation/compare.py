@@ -3,7 +3,8 @@
 Finds run directories (those holding metrics.json), groups them by position variant, and
 summarizes each variant over its seeds beside the paper's numbers. Each variant is compared with
 the baseline (sinusoidal) two ways: across seeds (a t-interval over per-seed BLEU, paired by
-seed when both variants ran the same seeds) and by sacreBLEU's paired bootstrap on one seed pair.
+seed when both variants ran the same seeds) and by sacreBLEU's paired bootstrap on one seed pair;
+each of the two is one family of tests, its p-values Holm-adjusted (``p_holm``).
 ``compare`` writes compare.md, compare.json and three plots (evaluation/plots.py).
 """
 
@@ -20,6 +21,7 @@ from data.errors import UserError
 from data.files import read_json, write_json, write_text
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
+    add_holm,
     difference_over_seeds,
     mean,
     paired_bootstrap,
@@ -219,6 +221,19 @@ def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_st
     )
 
 
+def lr_scale(run: Run) -> float | None:
+    """The run's optim.lr_scale: from metrics.json, else its .hydra/config.yaml (None: neither)."""
+    if run.metrics.get("lr_scale") is not None:
+        return float(run.metrics["lr_scale"])
+    config_path = run.path / ".hydra" / "config.yaml"
+    if not config_path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    value = OmegaConf.select(OmegaConf.load(config_path), "optim.lr_scale")
+    return None if value is None else float(value)
+
+
 def corpus_identity(run: Run) -> tuple[str, str]:
     """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer)."""
     data = run.scores.get("data") or {}
@@ -380,6 +395,11 @@ def number(value: float | None, digits: int = 2, spread: float | None = None) ->
     return f"{value:.{digits}f}" + (f" ± {spread:.{digits}f}" if spread is not None else "")
 
 
+def p_text(value: float | None) -> str:
+    """A p-value with three digits, or an em dash."""
+    return "—" if value is None else f"{value:.3f}"
+
+
 def signed(value: float | None) -> str:
     """A difference with its sign, or an em dash."""
     return "—" if value is None else f"{value:+.2f}"
@@ -425,8 +445,8 @@ def markdown(result: dict) -> str:
             "",
             f"## BLEU differences to {result['baseline']}",
             "",
-            "| comparison | method | Δ BLEU | 95% interval | p | seeds |",
-            "|---|---|---|---|---|---|",
+            "| comparison | method | Δ BLEU | 95% interval | p | p (Holm) | seeds |",
+            "|---|---|---|---|---|---|---|",
         ]
     for diff in result["differences"]:
         name = f"{diff['variant']} − {diff['baseline']}"
@@ -434,16 +454,23 @@ def markdown(result: dict) -> str:
         df = f", df {seeds['df']}" if seeds["df"] is not None else ""
         lines.append(
             f"| {name} | {seeds['method']}{df} | {signed(seeds['difference'])} "
-            f"| [{signed(seeds['low'])}, {signed(seeds['high'])}] | — "
-            f"| {', '.join(map(str, seeds['seeds']))} |"
+            f"| [{signed(seeds['low'])}, {signed(seeds['high'])}] | {p_text(seeds.get('p'))} "
+            f"| {p_text(seeds.get('p_holm'))} | {', '.join(map(str, seeds['seeds']))} |"
         )
         boot = diff["bootstrap"]
         if boot is not None:
             lines.append(
                 f"| {name} | paired bootstrap, {boot['resamples']} resamples "
                 f"| {signed(boot['difference'])} | [{signed(boot['low'])}, {signed(boot['high'])}] "
-                f"| {boot['p_value']:.3f} | {boot['seeds'][0]} vs {boot['seeds'][1]} |"
+                f"| {boot['p_value']:.3f} | {p_text(boot.get('p_holm'))} "
+                f"| {boot['seeds'][0]} vs {boot['seeds'][1]} |"
             )
+    if result["differences"]:
+        lines += [
+            "",
+            "p (Holm): Holm's adjustment within each family of rows (the across-seed rows; the "
+            "bootstrap rows), so a family's p-values hold together at the 5% level.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -521,6 +548,7 @@ def compare(
                 "seed": r.seed,
                 "stale": r.stale,
                 "eval_step": r.scores.get("step"),
+                "lr_scale": lr_scale(r),
                 **{k: r.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
                 **{k: r.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
                 "dev_ppl_curve": [[step, value] for step, value in curves[r.path]],
@@ -548,6 +576,8 @@ def compare(
                     "bootstrap": bootstrap,
                 }
             )
+    add_holm([diff["across_seeds"] for diff in result["differences"]])
+    add_holm([diff["bootstrap"] for diff in result["differences"]], key="p_value")
     if out_dir is None:
         out_dir = Path(os.path.commonpath([str(r.path.resolve().parent) for r in runs])) / "compare"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,27 @@
-"""Statistics for comparing runs: means over seeds, t-intervals and sacreBLEU's paired bootstrap."""
+"""Statistics for comparing runs, from scipy and statsmodels: t-intervals with their p-values,
+Holm's correction within a family, equivalence (TOST), power, and bootstraps over sacreBLEU's
+per-sentence sufficient statistics (sacreBLEU's paired test; seeds and sentences resampled)."""
 
 import math
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestPower
+from statsmodels.stats.weightstats import ttost_paired
 
 from data.errors import UserError
 
 # sacreBLEU's default bootstrap seed: the interval of the difference is taken over the resamples
 # its paired test draws (unless SACREBLEU_SEED is set to another seed).
 BOOTSTRAP_SEED = 12345
+# The equivalence margin of row (E) in BLEU: the paper's 25.8 vs 25.7 read as "nearly identical"
+EQUIVALENCE_MARGIN = 1.0
 
 
 def mean(values: list[float]) -> float | None:
@@ -20,46 +34,36 @@ def stdev(values: list[float]) -> float | None:
     return statistics.stdev(values) if len(values) >= 2 else None
 
 
-def t_quantile(level: float, df: int) -> float:
-    """t such that P(|T| <= t) = level for Student's T with integer df (A&S 26.7.3-4)."""
+def t_quantile(level: float, df: float) -> float:
+    """t such that P(|T| <= t) = level for Student's T with df degrees of freedom (scipy)."""
     if df < 1:
         raise ValueError(f"a t-interval needs at least 1 degree of freedom, got {df}")
+    return float(stats.t.ppf((1 + level) / 2, df))
 
-    def central(t: float) -> float:
-        theta = math.atan(t / math.sqrt(df))
-        sin, cos = math.sin(theta), math.cos(theta)
-        if df % 2:
-            term, series = cos, 0.0
-            for k in range(1, (df - 1) // 2 + 1):
-                series += term
-                term *= cos * cos * (2 * k) / (2 * k + 1)
-            return 2 / math.pi * (theta + sin * series)
-        term, series = 1.0, 0.0
-        for k in range(1, df // 2 + 1):
-            series += term
-            term *= cos * cos * (2 * k - 1) / (2 * k)
-        return sin * series
 
-    low, high = 0.0, 1.0
-    while central(high) < level:
-        high *= 2
-    for _ in range(100):
-        middle = (low + high) / 2
-        low, high = (middle, high) if central(middle) < level else (low, middle)
-    return (low + high) / 2
+def t_p_value(estimate: float, standard_error: float, df: float) -> float:
+    """Two-sided p of estimate / standard_error under Student's T (no spread: 0, or 1 at 0)."""
+    if standard_error == 0:
+        return 1.0 if estimate == 0 else 0.0
+    return float(2 * stats.t.sf(abs(estimate) / standard_error, df))
 
 
 def paired_t_interval(diffs: list[float], level: float = 0.95) -> dict:
-    """Mean of paired differences with its t-interval (low/high/df None for one pair)."""
-    result = {"difference": mean(diffs), "low": None, "high": None, "df": None}
+    """Mean of paired differences, its t-interval and two-sided p (low/high/df/p None for one)."""
+    result = {"difference": mean(diffs), "low": None, "high": None, "df": None, "p": None}
     if len(diffs) < 2:
         return result
     df = len(diffs) - 1
-    half = t_quantile(level, df) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    error = statistics.stdev(diffs) / math.sqrt(len(diffs))
+    if error == 0:  # scipy's ttest_1samp warns and gives nan on identical differences
+        low = high = result["difference"]
+    else:
+        low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(level)
     return result | {
-        "low": result["difference"] - half,
-        "high": result["difference"] + half,
+        "low": float(low),
+        "high": float(high),
         "df": df,
+        "p": t_p_value(result["difference"], error, df),
     }
 
 
@@ -83,6 +87,7 @@ def difference_over_seeds(base: dict[int, float], other: dict[int, float]) -> di
             "low": None,
             "high": None,
             "df": None,
+            "p": None,
         }
     welch = welch_interval(list(base.values()), list(other.values()))
     sides = {"base_seeds": sorted(base), "other_seeds": sorted(other)}  # each side's own
@@ -90,80 +95,165 @@ def difference_over_seeds(base: dict[int, float], other: dict[int, float]) -> di
 
 
 def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> dict:
-    """mean(b) - mean(a) with Welch's t-interval (low/high/df None under two values a side)."""
-    result = {"difference": mean(b) - mean(a), "low": None, "high": None, "df": None}
+    """mean(b) - mean(a) with Welch's t-interval and p (low/high/df/p None under two a side)."""
+    result = {"difference": mean(b) - mean(a), "low": None, "high": None, "df": None, "p": None}
     if len(a) < 2 or len(b) < 2:
         return result
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    # Welch-Satterthwaite degrees of freedom, rounded down (a slightly wider interval)
+    # Welch-Satterthwaite degrees of freedom, rounded down (a slightly wider interval; scipy's
+    # ttest_ind(equal_var=False) keeps the fraction)
     welch = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va + vb else 0
     df = max(1, math.floor(welch)) if va + vb else len(a) + len(b) - 2
-    half = t_quantile(level, df) * math.sqrt(va + vb)
+    error = math.sqrt(va + vb)
+    half = t_quantile(level, df) * error
     return result | {
         "low": result["difference"] - half,
         "high": result["difference"] + half,
         "df": df,
+        "p": t_p_value(result["difference"], error, df),
     }
+
+
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm-adjusted p-values of one family (statsmodels); a None p stays None, outside it."""
+    known = [i for i, p in enumerate(p_values) if p is not None]
+    adjusted: list[float | None] = [None] * len(p_values)
+    if known:
+        corrected = multipletests([p_values[i] for i in known], method="holm")[1]
+        for i, value in zip(known, corrected, strict=True):
+            adjusted[i] = float(value)
+    return adjusted
+
+
+def add_holm(family: Sequence[dict | None], key: str = "p") -> None:
+    """Set "p_holm" (and "family_size") on each test of one family, Holm over their key."""
+    tests = [test for test in family if test is not None]
+    size = sum(test.get(key) is not None for test in tests)
+    for test, adjusted in zip(tests, holm([test.get(key) for test in tests]), strict=True):
+        test["p_holm"] = adjusted
+        test["family_size"] = size
+
+
+@dataclass
+class Equivalence:
+    """Two one-sided paired t-tests of |mean difference| < margin, and the smallest such margin."""
+
+    n: int
+    difference: float | None
+    margin: float
+    alpha: float
+    p: float | None  # the larger of the two one-sided p-values
+    p_lower: float | None  # H0: difference <= -margin
+    p_upper: float | None  # H0: difference >= +margin
+    equivalent: bool | None  # p < alpha
+    ci_low: float | None  # the (1 - 2 alpha) t-interval of the mean difference
+    ci_high: float | None
+    smallest_margin: float | None  # max(|ci_low|, |ci_high|): equivalent at any margin above
+
+
+def equivalence(
+    diffs: list[float], margin: float = EQUIVALENCE_MARGIN, alpha: float = 0.05
+) -> Equivalence:
+    """TOST on paired per-seed differences at ±margin (statsmodels ttost_paired), alpha each."""
+    n, difference = len(diffs), mean(diffs)
+    if n < 2:
+        return Equivalence(n, difference, margin, alpha, *[None] * 7)
+    values = np.asarray(diffs, dtype=float)
+    if statistics.stdev(diffs) == 0:  # statsmodels divides by zero: decide on the mean alone
+        inside = abs(difference) < margin
+        p_lower = 0.0 if difference > -margin else 1.0
+        p_upper = 0.0 if difference < margin else 1.0
+        low = high = difference
+        p = max(p_lower, p_upper)
+        return Equivalence(
+            n, difference, margin, alpha, p, p_lower, p_upper, inside, low, high, abs(difference)
+        )
+    p, lower, upper = ttost_paired(values, np.zeros(n), -margin, margin)
+    low, high = stats.ttest_1samp(values, 0.0).confidence_interval(1 - 2 * alpha)
+    return Equivalence(
+        n,
+        difference,
+        margin,
+        alpha,
+        float(p),
+        float(lower[1]),
+        float(upper[1]),
+        bool(p < alpha),
+        float(low),
+        float(high),
+        float(max(abs(low), abs(high))),
+    )
+
+
+@dataclass
+class Power:
+    """What a paired t-test over n seeds detects at the given power, from the per-seed SD."""
+
+    n: int
+    sd: float | None  # SD of the paired per-seed differences
+    power: float
+    alpha: float
+    detectable: float | None  # the smallest |mean difference| detected at that power
+    seeds_for_one: int | None  # seeds needed to detect a difference of 1.0 at that power
+
+
+def power_statement(sd: float | None, n: int, power: float = 0.8, alpha: float = 0.05) -> Power:
+    """The effect a two-sided paired t-test over n seeds detects (statsmodels TTestPower)."""
+    if sd is None or n < 2 or sd == 0:
+        return Power(n, sd, power, alpha, None, None)
+    solver = TTestPower()
+    effect = solver.solve_power(nobs=n, alpha=alpha, power=power, alternative="two-sided")
+    needed = solver.solve_power(
+        effect_size=1.0 / sd, alpha=alpha, power=power, alternative="two-sided"
+    )
+    return Power(n, sd, power, alpha, float(effect * sd), max(2, math.ceil(float(needed))))
+
+
+def sentence_statistics(hyps: list[str], refs: list[str]) -> np.ndarray:
+    """sacreBLEU's sufficient statistics per sentence: [N, 2 + 2 * max_ngram_order] (int64).
+
+    Columns: hypothesis length, reference length, matches per n, totals per n; any subset's
+    corpus BLEU is that of the summed rows (sacreBLEU's own significance tests do the same).
+    """
+    if len(hyps) != len(refs):
+        raise UserError(
+            f"hypotheses and references do not line up ({len(hyps)} hypotheses, {len(refs)} "
+            "references): were sources skipped (long_inputs=skip)?"
+        )
+    return np.array(BLEU()._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)
+
+
+def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
+    """Corpus BLEU of each row of summed sufficient statistics: [R, K] -> [R]."""
+    corpus = BLEU()
+    return np.array([corpus._compute_score_from_stats(row.tolist()).score for row in sums])
 
 
 def paired_bootstrap(
     base_hyps: list[str], other_hyps: list[str], refs: list[str], resamples: int
 ) -> dict:
     """sacreBLEU's paired bootstrap test of other vs base, with a 95% interval of the difference."""
-    import numpy as np
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
-
     if not len(base_hyps) == len(other_hyps) == len(refs):
         raise UserError(
             f"hypotheses and references do not line up ({len(base_hyps)}, {len(other_hyps)} "
             f"hypotheses, {len(refs)} references): were sources skipped (long_inputs=skip)?"
         )
-    corpus = BLEU()
     test = PairedTest(
         [("baseline", base_hyps), ("other", other_hyps)],
-        {"BLEU": corpus},
+        {"BLEU": BLEU()},
         [refs],
         test_type="bs",
         n_samples=resamples,
     )
     signatures, results = test()
     base_result, other_result = results["BLEU"]
-    # the difference on the same resamples: per-sentence sufficient statistics, summed
-    sentence = BLEU(effective_order=True)
-
-    def sufficient_statistics(hyps: list[str]) -> np.ndarray:
-        rows = []
-        for hyp, ref in zip(hyps, refs, strict=True):
-            score = sentence.sentence_score(hyp, [ref])
-            rows.append([score.sys_len, score.ref_len, *score.counts, *score.totals])
-        return np.array(rows, dtype=np.int64)  # [N, 2 + 2 * max_ngram_order]
-
-    order = corpus.max_ngram_order
+    # the difference on the same resamples sacreBLEU draws: sufficient statistics, summed
     indices = np.random.default_rng(BOOTSTRAP_SEED).choice(
         len(refs), size=(resamples, len(refs)), replace=True
     )  # [resamples, N]
     weights = np.stack([np.bincount(row, minlength=len(refs)) for row in indices])  # [resamples, N]
-
-    def resampled_bleu(stats: np.ndarray) -> np.ndarray:
-        sums = weights @ stats  # [resamples, 2 + 2 * order]
-        return np.array(
-            [
-                BLEU.compute_bleu(
-                    row[2 : 2 + order].tolist(),
-                    row[2 + order :].tolist(),
-                    int(row[0]),
-                    int(row[1]),
-                    smooth_method=corpus.smooth_method,
-                    smooth_value=corpus.smooth_value,
-                    max_ngram_order=order,
-                ).score
-                for row in sums
-            ]
-        )
-
-    diffs = resampled_bleu(sufficient_statistics(other_hyps)) - resampled_bleu(
-        sufficient_statistics(base_hyps)
+    diffs = bleu_from_statistics(weights @ sentence_statistics(other_hyps, refs)) - (
+        bleu_from_statistics(weights @ sentence_statistics(base_hyps, refs))
     )
     low, high = np.percentile(diffs, [2.5, 97.5])
     return {
@@ -176,3 +266,69 @@ def paired_bootstrap(
         "resamples": resamples,
         "signature": str(signatures["BLEU"]),
     }
+
+
+@dataclass
+class TwoLevelBootstrap:
+    """other - base corpus BLEU, mean over seeds, with a percentile interval over resamples."""
+
+    seeds: list[int]
+    sentences: int
+    difference: float  # mean over the seeds of the per-seed corpus BLEU difference
+    low: float
+    high: float
+    level: float
+    resamples: int
+    rng_seed: int
+    method: str = (
+        "two-level bootstrap: seeds drawn with replacement, then test sentences with replacement "
+        "(the same sentences for both sides of a seed pair); corpus sacreBLEU per resample"
+    )
+
+
+def resampled_difference(
+    base: np.ndarray, other: np.ndarray, picked: np.ndarray, counts: np.ndarray
+) -> float:
+    """Mean over picked seed pairs of other - base corpus BLEU on sentences weighted by counts.
+
+    base, other: [S, N, K] per-seed sentence statistics; picked: [S'] seed indices; counts:
+    [S', N] how often each sentence is drawn for each picked seed.
+    """
+    base_sums = np.einsum("sn,snk->sk", counts, base[picked])  # [S', K]
+    other_sums = np.einsum("sn,snk->sk", counts, other[picked])  # [S', K]
+    return float(np.mean(bleu_from_statistics(other_sums) - bleu_from_statistics(base_sums)))
+
+
+def two_level_bootstrap(
+    base: dict[int, list[str]],
+    other: dict[int, list[str]],
+    refs: list[str],
+    resamples: int,
+    rng_seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> TwoLevelBootstrap:
+    """other - base BLEU paired by seed, resampling seeds and then each seed's test sentences.
+
+    base, other: hypotheses per seed (the seeds both have are used). The interval reflects both
+    what the seed does to a run and which sentences the test set happens to hold.
+    """
+    seeds = sorted(set(base) & set(other))
+    if not seeds or resamples < 1:
+        raise ValueError(f"a two-level bootstrap needs a shared seed and resamples >= 1: {seeds}")
+    base_stats = np.stack([sentence_statistics(base[s], refs) for s in seeds])  # [S, N, K]
+    other_stats = np.stack([sentence_statistics(other[s], refs) for s in seeds])  # [S, N, K]
+    n_seeds, n_sentences = len(seeds), len(refs)
+    everything = np.arange(n_seeds), np.ones((n_seeds, n_sentences), dtype=np.int64)
+    difference = resampled_difference(base_stats, other_stats, *everything)
+    rng = np.random.default_rng(rng_seed)
+    uniform = np.full(n_sentences, 1 / n_sentences)
+    diffs = np.empty(resamples)
+    for b in range(resamples):
+        picked = rng.integers(0, n_seeds, size=n_seeds)  # [S]
+        counts = rng.multinomial(n_sentences, uniform, size=n_seeds)  # [S, N]
+        diffs[b] = resampled_difference(base_stats, other_stats, picked, counts)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(diffs, [tail, 100 - tail])
+    return TwoLevelBootstrap(
+        seeds, n_sentences, difference, float(low), float(high), level, resamples, rng_seed
+    )

@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import sacrebleu
@@ -46,9 +46,19 @@ from omegaconf import DictConfig, OmegaConf
 from data.concatenation import join_consecutive_lines, leftover_lines
 from data.errors import UserError
 from data.files import read_json, write_json, write_text
+from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
 from evaluation.configs import compose_config
 from evaluation.extrapolation import StudyError, position_variants
-from evaluation.statistics import difference_over_seeds
+from evaluation.statistics import (
+    add_holm,
+    difference_over_seeds,
+    equivalence,
+    mean,
+    power_statement,
+    stdev,
+    t_quantile,
+    two_level_bootstrap,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # condition -> experiment config (configs/experiment/<name>.yaml)
@@ -662,8 +672,6 @@ def scored_runs(root: Path) -> tuple[list[dict], list[str]]:
 
 def interval(values: list[float]) -> dict:
     """Mean, sample std and the 95% t-interval of the mean (None where undefined)."""
-    from evaluation.statistics import mean, stdev, t_quantile
-
     values = [float(v) for v in values if v is not None]
     result = {"n": len(values), "mean": mean(values), "std": stdev(values), "low": None}
     result["high"] = None
@@ -677,11 +685,10 @@ def table3(records: list[dict], out: Path, resamples: int, baseline: str = "sinu
     """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
 
     Per variant: dev PPL, sacreBLEU and chrF mean ± std and 95% interval over seeds; every
-    variant minus the baseline paired by seed (BLEU and chrF) with its interval; the steps of
-    every run (a study trains every run for the same number of updates).
+    variant minus the baseline and every variant minus learned, paired by seed (BLEU and chrF,
+    each column a family with Holm-adjusted p), with the effect 80% power detects; row (E) with
+    its equivalence test and two-level bootstrap (``row_e``); the steps of every run.
     """
-    from evaluation.compare import compare
-
     runs = [r for r in records if r["condition"] == "all"]
     if not runs:
         return {}
@@ -708,14 +715,104 @@ def table3(records: list[dict], out: Path, resamples: int, baseline: str = "sinu
     for diff in result["differences"]:
         other = by_variant[diff["variant"]]
         diff["chrf_across_seeds"] = difference_over_seeds(
-            {r["seed"]: r["test"]["chrf"] for r in base},
-            {r["seed"]: r["test"]["chrf"] for r in other},
+            scores_by_seed(base, "chrf"), scores_by_seed(other, "chrf")
         )
+        diff["power"] = paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
+    add_holm([diff["chrf_across_seeds"] for diff in result["differences"]])
+    result["differences_to_learned"] = differences_to(by_variant, ROW_E[1])
+    result["row_e"] = row_e(by_variant, resamples)
+    in_family = [d for d in result["differences"] if (d["baseline"], d["variant"]) == ROW_E]
+    if result["row_e"] and in_family:  # its Holm p within "each variant minus sinusoidal"
+        result["row_e"]["bleu"]["p_holm"] = in_family[0]["across_seeds"].get("p_holm")
     steps = sorted({r["step"] for r in runs})
     result["study"] = {"condition": "all", "steps": steps, "equal_steps": len(steps) == 1}
     write_json(out / "compare.json", result)
     write_text(out / "table3.md", table3_markdown(result))
     return result
+
+
+def scores_by_seed(runs: list[dict], key: str) -> dict[int, float]:
+    """seed -> the Table 3 evaluation's key (bleu, chrf, tok_bleu) of each run."""
+    return {r["seed"]: r["test"][key] for r in runs}
+
+
+def paired_power(base: dict[int, float], other: dict[int, float]) -> dict:
+    """The effect a paired t-test over the shared seeds detects at 80% power (from their SD)."""
+    diffs = [other[s] - base[s] for s in sorted(set(base) & set(other))]
+    return asdict(power_statement(stdev(diffs), len(diffs)))
+
+
+def differences_to(by_variant: dict[str, list[dict]], baseline: str) -> list[dict]:
+    """Each variant minus baseline by seed (sacreBLEU, chrF), each column one Holm family."""
+    base = by_variant.get(baseline, [])
+    if not base:
+        return []
+    diffs = [
+        {
+            "variant": variant,
+            "baseline": baseline,
+            "across_seeds": difference_over_seeds(
+                scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
+            ),
+            "chrf_across_seeds": difference_over_seeds(
+                scores_by_seed(base, "chrf"), scores_by_seed(runs, "chrf")
+            ),
+            "power": paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")),
+        }
+        for variant, runs in sorted(by_variant.items())
+        if variant != baseline
+    ]
+    for key in ("across_seeds", "chrf_across_seeds"):
+        add_holm([diff[key] for diff in diffs])
+    return diffs
+
+
+def row_e(by_variant: dict[str, list[dict]], resamples: int) -> dict | None:
+    """Learned minus sinusoidal by seed: t-interval, TOST at ±1 BLEU, power, two-level bootstrap.
+
+    The bootstrap (resamples > 0) resamples the shared seeds, then each seed's test sentences,
+    from the runs' Table 3 hypotheses; the paper's single-run numbers stand beside.
+    """
+    base_runs, other_runs = by_variant.get(ROW_E[0], []), by_variant.get(ROW_E[1], [])
+    if not base_runs or not other_runs:
+        return None
+    base, other = scores_by_seed(base_runs, "bleu"), scores_by_seed(other_runs, "bleu")
+    seeds = sorted(set(base) & set(other))
+    diffs = [other[s] - base[s] for s in seeds]
+    bootstrap = None
+    if resamples > 0 and seeds:
+        names = variant_names()
+        read = {
+            (r["variant"], r["seed"]): read_run(Path(r["run_dir"]), TABLE3_EVAL, names)
+            for r in base_runs + other_runs
+            if r["seed"] in seeds
+        }
+        refs = references(read[ROW_E[0], seeds[0]], None)
+        bootstrap = two_level_bootstrap(
+            {s: hypotheses(read[ROW_E[0], s]) for s in seeds},
+            {s: hypotheses(read[ROW_E[1], s]) for s in seeds},
+            refs,
+            resamples,
+        )
+    paper_base, paper_other = PAPER[ROW_E[0]][1], PAPER[ROW_E[1]][1]
+    return {
+        "variant": ROW_E[1],
+        "baseline": ROW_E[0],
+        "seeds": seeds,
+        "bleu": difference_over_seeds(base, other),
+        "tok_bleu": difference_over_seeds(
+            scores_by_seed(base_runs, "tok_bleu"), scores_by_seed(other_runs, "tok_bleu")
+        ),
+        "equivalence": asdict(equivalence(diffs)),
+        "power": asdict(power_statement(stdev(diffs), len(diffs))),
+        "two_level_bootstrap": None if bootstrap is None else asdict(bootstrap),
+        "paper": {
+            ROW_E[0]: paper_base,
+            ROW_E[1]: paper_other,
+            "difference": round(paper_other - paper_base, 2),
+            "note": "tokenized BLEU on newstest2013, one run each, Vaswani et al. 2017 Table 3",
+        },
+    }
 
 
 def cell(stats: dict, digits: int = 2) -> str:
@@ -737,7 +834,24 @@ def signed_cell(diff: dict, digits: int = 2) -> str:
     text = f"{diff['difference']:+.{digits}f}"
     if diff.get("low") is not None:
         text += f" [{diff['low']:+.{digits}f}, {diff['high']:+.{digits}f}]"
+    if diff.get("p_holm") is not None:
+        text += f", Holm p {diff['p_holm']:.3f}"
     return text
+
+
+def p_cell(test: dict, key: str = "p") -> str:
+    """A test's p with its Holm-adjusted p in brackets (where it has one), or an em dash."""
+    if test.get(key) is None:
+        return "—"
+    holm = test.get("p_holm")
+    return f"{test[key]:.3f}" + ("" if holm is None else f" (Holm {holm:.3f})")
+
+
+def power_cell(power: dict) -> str:
+    """The effect 80% power detects over the seeds, or an em dash."""
+    if power.get("detectable") is None:
+        return "—"
+    return f"{power['detectable']:.2f} (SD {power['sd']:.2f}, n {power['n']})"
 
 
 def seeds_cell(diff: dict) -> str:
@@ -775,33 +889,102 @@ def table3_markdown(result: dict) -> str:
         "mean ± std over seeds [95% t-interval of the mean]; dev PPL per subword at the last "
         f"step. {result['paper_note']}",
     ]
-    if result["differences"]:
-        lines += [
-            "",
-            f"## Each variant minus {result['baseline']}, paired by seed",
-            "",
-            "| variant | seeds | Δ sacreBLEU [95%] | Δ chrF [95%] | bootstrap Δ BLEU [95%], p |",
-            "|---|---|---|---|---|",
-        ]
-    for diff in result["differences"]:
-        seeds = diff["across_seeds"]
-        boot = diff.get("bootstrap")
-        boot_text = (
-            "—"
-            if not boot
-            else (
-                f"{boot['difference']:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}], "
-                f"p {boot['p_value']:.3f} (seed {boot['seeds'][0]} vs {boot['seeds'][1]})"
-            )
-        )
-        lines.append(
-            f"| {diff['variant']} | {seeds_cell(seeds)} | {signed_cell(seeds)} "
-            f"| {signed_cell(diff['chrf_across_seeds'])} | {boot_text} |"
-        )
+    families = [(result["baseline"], result["differences"], True)]
+    families.append((ROW_E[1], result.get("differences_to_learned", []), False))
+    for baseline, diffs, bootstrap in families:
+        lines += difference_section(baseline, diffs, bootstrap)
+    if result.get("row_e"):
+        lines += row_e_markdown(result["row_e"])
     study = result["study"]
     same = "every run" if study["equal_steps"] else "NOT every run (steps differ)"
     lines += ["", f"Steps: {', '.join(map(str, study['steps']))} ({same} at one budget)."]
     return "\n".join(lines) + "\n"
+
+
+def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> list[str]:
+    """One family's table: each variant minus baseline by seed, p and Holm p by each interval."""
+    if not diffs:
+        return []
+    lines = [
+        "",
+        f"## Each variant minus {baseline}, paired by seed",
+        "",
+        "p: two-sided t-test over seeds; Holm: adjusted within this family (one per column). "
+        "80% power: the difference the seeds detect, from the SD of the paired differences.",
+        "",
+        "| variant | seeds | Δ sacreBLEU [95%] | p (Holm) | Δ chrF [95%] | p (Holm) "
+        "| 80% power detects |" + (" bootstrap Δ BLEU [95%], p (Holm) |" if bootstrap else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if bootstrap else ""),
+    ]
+    for diff in diffs:
+        bleu, chrf = diff["across_seeds"], diff["chrf_across_seeds"]
+        line = (
+            f"| {diff['variant']} | {seeds_cell(bleu)} | {interval_cell(bleu)} | {p_cell(bleu)} "
+            f"| {interval_cell(chrf)} | {p_cell(chrf)} | {power_cell(diff.get('power') or {})} |"
+        )
+        if bootstrap:
+            boot = diff.get("bootstrap")
+            line += (
+                " — |"
+                if not boot
+                else (
+                    f" {boot['difference']:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}], "
+                    f"p {p_cell(boot, 'p_value')} (seed {boot['seeds'][0]} vs "
+                    f"{boot['seeds'][1]}) |"
+                )
+            )
+        lines.append(line)
+    return lines
+
+
+def interval_cell(diff: dict) -> str:
+    """+d [low, high] without the Holm p (it has a column of its own)."""
+    return signed_cell({k: v for k, v in diff.items() if k != "p_holm"})
+
+
+def row_e_markdown(row: dict) -> list[str]:
+    """Row (E): the t-interval, the two-level bootstrap, TOST at ±margin, power and the paper."""
+    eq, power = row["equivalence"], row["power"]
+    boot, paper = row["two_level_bootstrap"], row["paper"]
+    title = f"{row['variant']} minus {row['baseline']}"
+    lines = ["", f"## Row (E): {title}, paired by seed ({', '.join(map(str, row['seeds']))})", ""]
+    lines += ["| measure | value |", "|---|---|"]
+    bleu = f"{interval_cell(row['bleu'])}, p {p_cell(row['bleu'])}"
+    lines.append(f"| Δ sacreBLEU, t-interval over seeds [95%], p | {bleu} |")
+    if boot:
+        lines.append(
+            f"| Δ sacreBLEU, two-level bootstrap (seeds, then test sentences; "
+            f"{boot['resamples']} resamples) [95%] | {boot['difference']:+.2f} "
+            f"[{boot['low']:+.2f}, {boot['high']:+.2f}] |"
+        )
+    lines.append(f"| Δ tok. BLEU, t-interval over seeds [95%] | {interval_cell(row['tok_bleu'])} |")
+    if eq["p"] is not None:
+        verdict = "equivalent" if eq["equivalent"] else "equivalence not shown"
+        lines += [
+            f"| Equivalence at ±{eq['margin']:.1f} BLEU (two one-sided paired t-tests, α "
+            f"{eq['alpha']}) | p {eq['p']:.3f}: {verdict} |",
+            f"| Smallest margin shown equivalent (90% interval [{eq['ci_low']:+.2f}, "
+            f"{eq['ci_high']:+.2f}]) | ±{eq['smallest_margin']:.2f} BLEU |",
+        ]
+    if power["detectable"] is not None:
+        lines.append(
+            f"| 80% power (α {power['alpha']}, SD of paired differences {power['sd']:.2f}) "
+            f"| detects ±{power['detectable']:.2f} BLEU with {power['n']} seeds; ±1.0 needs "
+            f"{power['seeds_for_one']} |"
+        )
+    lines.append(
+        f"| Paper: {paper['note']} | {paper[row['variant']]} vs {paper[row['baseline']]} "
+        f"({paper['difference']:+.1f}) |"
+    )
+    if boot:
+        lines += [
+            "",
+            "The t-interval reads the spread over seeds on this one test set; the two-level "
+            "bootstrap adds which test sentences were drawn, but a resample of "
+            f"{len(boot['seeds'])} seeds keeps only (n - 1)/n of their variance and takes few "
+            "distinct values, so with few seeds it understates the seed spread.",
+        ]
+    return lines
 
 
 CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines", "left_out")
@@ -817,6 +1000,16 @@ def concat_differences(base: list[dict], other: list[dict]) -> dict:
         )
         for key in CONCAT_DIFFERENCES
     }
+
+
+def holm_by_family(diffs: list[dict], family: Callable[[dict], tuple], keys: Sequence[str]) -> None:
+    """Holm-adjust each key's p within each family of diffs (those sharing family(diff))."""
+    groups: dict[tuple, list[dict]] = {}
+    for diff in diffs:
+        groups.setdefault(family(diff), []).append(diff)
+    for group in groups.values():
+        for key in keys:
+            add_holm([diff[key] for diff in group])
 
 
 def concat_table(records: list[dict], baselines: Sequence[str] = ROW_E) -> dict:
@@ -868,6 +1061,10 @@ def concat_table(records: list[dict], baselines: Sequence[str] = ROW_E) -> dict:
         control = groups.get(("all", variant, k))
         if condition == "joined" and control:
             remedy.append({"variant": variant, "k": k} | concat_differences(control, group))
+    holm_by_family(
+        differences, lambda d: (d["baseline"], d["condition"], d["k"]), CONCAT_DIFFERENCES
+    )
+    holm_by_family(remedy, lambda d: (d["k"],), CONCAT_DIFFERENCES)
     return {
         "splits": list(CONCAT_SPLITS),
         "ks": list(KS),
@@ -909,7 +1106,8 @@ def concat_markdown(table: dict) -> str:
                 f"## Each variant minus {baseline}, per condition and k",
                 "",
                 "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all "
-                "seeds where fewer than two are shared).",
+                "seeds where fewer than two are shared); Holm p: the t-test's p adjusted by Holm "
+                "within the family of every variant at one condition and k, per column.",
                 "",
                 "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
                 "|---|---|---|---|---|---|---|",
@@ -926,7 +1124,8 @@ def concat_markdown(table: dict) -> str:
             "## Trained on joined lines minus trained on single sentences, per variant and k",
             "",
             "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
-            "above; what is left of the drop under it is what the position encoding owes.",
+            "above (Holm within each k); what is left of the drop under it is what the position "
+            "encoding owes.",
             "",
             "| variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
             "|---|---|---|---|---|---|",
@@ -1014,6 +1213,7 @@ def bucket_table(records: list[dict], baseline: str = "sinusoidal") -> dict:
         for row in rows
         if row["variant"] != baseline and row["bucket"] in base
     ]
+    holm_by_family(differences, lambda d: (d["bucket"],), ("ratio", "over_in_range"))
     return {
         "max_words": max_words,
         "bucket_width": BUCKET_WIDTH,
@@ -1058,7 +1258,8 @@ def bucket_markdown(table: dict) -> str:
             "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
             "t-interval: below zero, the variant keeps less of its all-lengths BLEU there; the "
             "same for the ratio ÷ in-range (below zero beyond the training lengths: the variant "
-            "loses more there than it does within them).",
+            "loses more there than it does within them). Holm p: the t-test's p adjusted by Holm "
+            "within the family of every variant at one bucket, per column.",
             "",
             "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range |",
             "|---|---|---|---|---|---|",

@@ -6,8 +6,9 @@ ours (compare.md, also printed), every number (compare.json) and three plots
 (bleu_by_variant.png, bleu_by_length.png, dev_ppl_curves.png). Each variant is compared with the
 baseline (sinusoidal) two ways: across seeds (a t-interval over per-seed BLEU, paired by seed
 when both variants ran the same seeds) and by sacreBLEU's paired bootstrap resampling on one
-seed pair. What it computes lives in evaluation/compare.py, evaluation/statistics.py and
-evaluation/plots.py.
+seed pair; each of the two is a family whose p-values are Holm-adjusted (p_holm), and each run
+records its steps and lr_scale. What it computes lives in evaluation/compare.py,
+evaluation/statistics.py and evaluation/plots.py.
 """
 
 import argparse

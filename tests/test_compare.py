@@ -146,6 +146,9 @@ def test_difference_across_seeds_is_a_paired_t_interval(sweep):
     assert seeds["difference"] == pytest.approx(statistics.fmean(d))
     assert seeds["low"] == pytest.approx(statistics.fmean(d) - half)
     assert seeds["high"] == pytest.approx(statistics.fmean(d) + half)
+    t = abs(statistics.fmean(d)) / (statistics.stdev(d) / math.sqrt(2))
+    assert seeds["p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi)  # df 1: Cauchy
+    assert seeds["p_holm"] == seeds["p"] and seeds["family_size"] == 1  # a family of one
 
 
 def test_paired_bootstrap_finds_the_worse_system(sweep, toy_validation):
@@ -312,3 +315,47 @@ def test_run_dirs_in_compare_json_are_relative_to_where_it_ran(sweep, monkeypatc
     assert all(d.startswith(f"{root.name}/") for d in dirs), dirs
     written = json.loads((root / "compare-here" / "compare.json").read_text())
     assert [run["run_dir"] for run in written["runs"]] == dirs
+
+
+def test_each_family_carries_holm_p_and_each_run_its_steps_and_lr_scale(tmp_path, toy_validation):
+    """Three variants against sinusoidal: Holm over the family, by hand; lr_scale per run."""
+    for seed in (1, 2):
+        make_run(tmp_path, "SinusoidalPositionEncoding", seed, toy_validation)
+        make_run(tmp_path, "SinusoidalPositionEncoding", seed, toy_validation, choice="sin_copy")
+        make_run(tmp_path, "LearnedPositionEncoding", seed, toy_validation)
+        run = make_run(tmp_path, "LearnedPositionEncoding", seed, toy_validation, choice="lrn_b")[0]
+        config = OmegaConf.load(run / ".hydra" / "config.yaml")
+        config.optim.lr_scale = 0.5  # as `optim.lr_scale=0.5` records it
+        OmegaConf.save(config, run / ".hydra" / "config.yaml")
+    metrics_path = tmp_path / "position=learned,seed=2" / "metrics.json"
+    metrics = json.loads(metrics_path.read_text())
+    metrics_path.write_text(json.dumps(metrics | {"lr_scale": 2.0}))  # metrics.json wins
+    main([str(tmp_path), "--resamples", "20", "--out", str(tmp_path / "o")])
+    result = json.loads((tmp_path / "o" / "compare.json").read_text())
+    got = {(r["variant"], r["seed"]): (r["steps"], r["lr_scale"]) for r in result["runs"]}
+    assert got[("lrn_b", 1)] == (401, 0.5) and got[("learned", 2)] == (402, 2.0)
+    assert got[("sinusoidal", 1)] == (401, 1.0) and got[("learned", 1)] == (401, 1.0)
+    seeds = {d["variant"]: d["across_seeds"] for d in result["differences"]}
+    assert seeds["sin_copy"]["p"] == 1.0  # no difference at all
+    p = seeds["learned"]["p"]
+    assert seeds["lrn_b"]["p"] == p and 0 < p < 1 / 3  # the same hypotheses: the same test
+    # Holm by hand: p, p, 1 sorted; times 3, 2, 1; kept monotone
+    assert [seeds[v]["p_holm"] for v in ("learned", "lrn_b")] == pytest.approx([3 * p, 3 * p])
+    assert seeds["sin_copy"]["p_holm"] == 1.0
+    assert all(s["family_size"] == 3 for s in seeds.values())
+    boots = [d["bootstrap"] for d in result["differences"]]
+    assert holm_by_hand([b["p_value"] for b in boots]) == pytest.approx(
+        [b["p_holm"] for b in boots]
+    )
+    table = (tmp_path / "o" / "compare.md").read_text()
+    assert "| p | p (Holm) |" in table and f"| {p:.3f} | {3 * p:.3f} |" in table
+
+
+def holm_by_hand(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment, written out: the i-th smallest times (m - i), monotone."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted

@@ -24,9 +24,12 @@ from evaluation.study import (
     bucket_markdown,
     bucket_table,
     concat_markdown,
+    differences_to,
     job_command,
     planned_jobs,
     provenance_line,
+    row_e,
+    row_e_markdown,
     run_study,
     scored_runs,
     seeds_cell,
@@ -307,6 +310,17 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     (diff,) = compare["differences"]
     bleu = {r["variant"]: r["bleu"] for r in compare["runs"]}
     assert diff["across_seeds"]["difference"] == pytest.approx(bleu["learned"] - bleu["sinusoidal"])
+    row = compare["row_e"]  # one seed a side: no t-test, but the two-level bootstrap runs
+    boot = row["two_level_bootstrap"]
+    assert row["seeds"] == [1] and boot["seeds"] == [1] and boot["resamples"] == 20
+    assert boot["difference"] == pytest.approx(bleu["learned"] - bleu["sinusoidal"], abs=0.01)
+    assert boot["low"] <= boot["difference"] <= boot["high"]
+    assert row["equivalence"]["p"] is None and row["paper"]["difference"] == -0.1
+    (to_learned,) = compare["differences_to_learned"]
+    assert (to_learned["variant"], to_learned["baseline"]) == ("sinusoidal", "learned")
+    table = (out / "table3.md").read_text()
+    assert "## Each variant minus learned, paired by seed" in table
+    assert "## Row (E): learned minus sinusoidal" in table and "two-level bootstrap" in table
     concat = json.loads((out / "concat.json").read_text())
     keys = {(r["condition"], r["variant"], r["k"], r["seed"]) for r in concat["runs"]}
     runs = {("all", "sinusoidal"), ("all", "learned"), ("short", "sinusoidal")}
@@ -439,6 +453,15 @@ def test_ratios_per_seed_and_per_bucket():
     assert all(d["bleu"]["difference"] == pytest.approx(0.0) for d in rope_vs_learned)  # copies
     text = concat_markdown(concat)
     assert text.count("## Each variant minus ") == 2 and "## Each variant minus learned" in text
+    # Holm within each (baseline, condition, k): rope and learned minus sinusoidal, the same p
+    family = [d for d in concat["differences"] if (d["baseline"], d["k"]) == ("sinusoidal", 2)]
+    family = [d["bleu_ratio_to_k1"] for d in family if d["condition"] == "all"]
+    assert len(family) == 2 and family[0]["p"] == family[1]["p"] is not None
+    assert [d["p_holm"] for d in family] == pytest.approx([min(1, 2 * family[0]["p"])] * 2)
+    assert all(d["family_size"] == 2 for d in family)
+    alone = [d for d in concat["differences"] if d["baseline"] == "learned"]
+    assert all(d["bleu"]["family_size"] <= 1 for d in alone)  # rope alone at each k
+    assert f"Holm p {min(1, 2 * family[0]['p']):.3f}" in text
     assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
     assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
 
@@ -521,8 +544,11 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
     relative = beyond["over_in_range"]
     assert relative["seeds"] == [1, 2]
     assert relative["difference"] == pytest.approx(((0.8 - 0.5) + (0.4 - 0.6)) / 2)
+    assert beyond["ratio"]["family_size"] == 1  # one variant at each bucket: a family of one
+    assert beyond["ratio"]["p_holm"] == beyond["ratio"]["p"] is not None
     text = bucket_markdown(table)
     assert "## Each variant's ratio minus sinusoidal's, per bucket" in text
+    assert f"Holm p {beyond['ratio']['p']:.3f}" in text
     assert "| learned | 11-15* | 9 | 1, 2 | -0.150 [" in text
     assert "ratio over its ratio at 6-10 words" in text
 
@@ -569,3 +595,41 @@ def test_an_unpaired_difference_names_each_side_s_seeds():
         "1 vs 1, 2, 3 (unpaired)"
     )
     assert seeds_cell(welch) == "1, 2, 3 (unpaired)"  # a record from before the sides were kept
+
+
+def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
+    """Learned minus sinusoidal over 8 seeds: t-interval, TOST at ±1 BLEU, power, the paper."""
+    sinusoidal = [30.0, 31.0, 29.5, 30.5, 31.5, 30.0, 29.0, 30.8]
+    shifts = {"close": [0.2, -0.3, 0.1, 0.0, 0.3, -0.1, 0.2, -0.2], "far": [-2, 1, -3, 0.5] * 2}
+
+    def records(shift: list[float]) -> dict[str, list[dict]]:
+        return {
+            variant: [
+                {"seed": seed, "test": {"bleu": b + d, "chrf": 50 + d, "tok_bleu": b + d}}
+                for seed, (b, d) in enumerate(zip(sinusoidal, values, strict=True), start=1)
+            ]
+            for variant, values in (("sinusoidal", [0.0] * 8), ("learned", shift))
+        }
+
+    close = row_e(records(shifts["close"]), resamples=0)
+    assert close["seeds"] == list(range(1, 9)) and close["two_level_bootstrap"] is None
+    assert close["bleu"]["difference"] == pytest.approx(statistics.fmean(shifts["close"]))
+    eq = close["equivalence"]
+    assert eq["margin"] == 1.0 and eq["equivalent"] and eq["smallest_margin"] < 1.0
+    power = close["power"]
+    assert power["n"] == 8 and power["sd"] == pytest.approx(statistics.stdev(shifts["close"]))
+    assert power["detectable"] < 1.0
+    far = row_e(records(shifts["far"]), resamples=0)
+    assert not far["equivalence"]["equivalent"] and far["equivalence"]["smallest_margin"] > 1.0
+    assert far["power"]["detectable"] > 1.0 and far["power"]["seeds_for_one"] > 8
+    assert close["paper"] == far["paper"] and far["paper"]["difference"] == -0.1
+    text = "\n".join(row_e_markdown(far))
+    assert "equivalence not shown" in text and "25.7 vs 25.8 (-0.1)" in text
+    assert f"±{far['equivalence']['smallest_margin']:.2f} BLEU" in text
+    assert ": equivalent |" in "\n".join(row_e_markdown(close))
+    learned = differences_to(records(shifts["far"]), "learned")
+    assert [d["variant"] for d in learned] == ["sinusoidal"]
+    assert learned[0]["across_seeds"]["difference"] == pytest.approx(
+        -statistics.fmean(shifts["far"])
+    )
+    assert learned[0]["across_seeds"]["p_holm"] == learned[0]["across_seeds"]["p"]
