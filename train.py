@@ -153,7 +153,6 @@ def build_state(
     optimizer, schedule = noam_adam(
         model.parameters(), cfg.model.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
     )
-    train_set = data.splits["train"]
     src_lengths, tgt_lengths = data.split_lengths("train")  # read once, from Arrow
     trainer = cfg.trainer
     plan = plan_update(  # ~effective_tokens real target tokens per update on any world size

@@ -370,7 +370,8 @@ def test_prepare_data_num_proc_shards_are_reused(toy_cfg, tmp_path, monkeypatch)
     single = prepare_data(toy_cfg, tmp_path / "one", log=lambda _: None)
     toy_cfg.num_proc = 2
     sharded = prepare_data(toy_cfg, tmp_path / "two", log=lambda _: None)
-    assert len(list((tmp_path / "two" / "encoded").glob("*-train/data_0000[01]_of_00002.arrow"))) == 2
+    shards = (tmp_path / "two" / "encoded").glob("*-train/data_0000[01]_of_00002.arrow")
+    assert len(list(shards)) == 2
     for split in single.splits:
         assert list(sharded.splits[split]["src_ids"]) == list(single.splits[split]["src_ids"])
 
