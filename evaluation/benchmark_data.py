@@ -4,8 +4,9 @@ WMT14's size in the hub's layout, cold and warm, phase by phase, and on two gloo
 The corpus (``write_hub_corpus``) is written like ``wmt/wmt14`` de-en (parquet shards of a
 ``translation: {de, en}`` column, splits train / validation / test, a README naming the config):
 lines join 1-3 random Multi30k pairs (23 English words a line on average), 1% of them 9-21 pairs
-(about 100-250 words), and most lines carry rare words drawn from a Zipf law over a million made-up
-types (the same word on both sides, as names and numbers are), so the vocabulary has a long tail.
+(about 100-250 words), and most lines carry rare words drawn from a Zipf law over a million
+made-up types (the same word on both sides, as names and numbers are), so the vocabulary has a
+long tail.
 
 Each launch runs in its own process, as ``train.py`` would: imports, ``prepare_data`` (the same
 call train.py makes: corpus load, tokenizer, encoding, cleaning), then what train.py's
