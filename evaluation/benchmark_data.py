@@ -4,7 +4,7 @@ WMT14's size in the hub's layout, cold and warm, phase by phase, and on two gloo
 The corpus (``write_hub_corpus``) is written like ``wmt/wmt14`` de-en (parquet shards of a
 ``translation: {de, en}`` column, splits train / validation / test, a README naming the config):
 lines join 1-3 random Multi30k pairs (23 English words a line on average), 1% of them 9-21 pairs
-(about 100-250 words), and most lines carry rare words drawn from a Zipf law over a million
+(about 100-250 words), and most lines carry rare words drawn from a Zipf law over five million
 made-up types (the same word on both sides, as names and numbers are), so the vocabulary has a
 long tail.
 
@@ -54,6 +54,7 @@ WMT14_TRAIN_PAIRS = 4_508_785
 EVAL_PAIRS = {"validation": 3_000, "test": 3_003}  # newstest2013, newstest2014
 SHARDS = 3
 CHUNK = 250_000  # pairs generated and written at a time
+ZIPF_A, RARE_TYPES = 1.1, 5_000_000  # rare words: ~400k types in 4.5M lines, most seen once
 SYLLABLES = [c + v for c in "bdfgklmnprstvwz" for v in "aeiou"] + ["sch", "ck", "th", "ng"]
 PHASES = ("imports", "load corpus", "tokenizer", "encode train", "other splits", "cleaning")
 PHASES += ("lengths + batching", "data ready")
@@ -109,7 +110,7 @@ def write_hub_corpus(out: Path, pairs: int, corpus_dir: Path = MULTI30K, seed: i
             with pq.ParquetWriter(name, schema) as writer:
                 for start in range(bounds[shard], bounds[shard + 1], CHUNK):
                     n = min(CHUNK, bounds[shard + 1] - start)
-                    zipf = np.minimum(np_rng.zipf(1.3, 2 * n), 1_000_000)
+                    zipf = np.minimum(np_rng.zipf(ZIPF_A, 2 * n), RARE_TYPES)
                     lines_en, lines_de = synthetic_lines(rng, zipf, en, de, n)
                     column = pa.StructArray.from_arrays(
                         [pa.array(lines_de), pa.array(lines_en)], names=["de", "en"]
