@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from data.batching import TokenBatchSampler
 from data.corpus import (
     MAX_AUTO_PROCS,
     ROWS_PER_PROC,
@@ -226,3 +227,24 @@ def test_a_cold_ddp_launch_outlasts_a_short_collective_timeout(tmp_path):
     assert output.count("data: training tokenizer") == 1  # one rank prepared
     assert output.count("data: tokenizer loaded from cache") == 1  # the other mapped its files
     assert (run_dir / "checkpoints" / "last.pt").is_file()
+
+
+def reference_bounds(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> list[int]:
+    """Greedy batch offsets over lexsorted examples, both sides' running maxima in Python."""
+    bounds, count, src_max, tgt_max = [0], 0, 0, 0
+    for i, (s, t) in enumerate(zip(src.tolist(), tgt.tolist(), strict=True)):
+        if count and (count + 1) * max(src_max, s, tgt_max, t) > max_tokens:
+            bounds.append(i)
+            count, src_max, tgt_max = 0, 0, 0
+        count, src_max, tgt_max = count + 1, max(src_max, s), max(tgt_max, t)
+    return bounds + [len(src)]
+
+
+@pytest.mark.parametrize("high", [40, 300])  # 300: over 65,536 (src, tgt) pairs, lexsort's path
+def test_sampler_order_and_batches_equal_lexsort_and_the_greedy_rule(high):
+    rng = np.random.default_rng(high)
+    src, tgt = rng.integers(1, high, 200_000), rng.integers(1, high, 200_000)
+    sampler = TokenBatchSampler(src, tgt, 600, shuffle=False)
+    order = np.lexsort((tgt, src, np.maximum(src, tgt)))
+    assert np.array_equal(sampler._sorted, order)
+    assert sampler._bounds.tolist() == reference_bounds(src[order], tgt[order], 600)
