@@ -2,6 +2,7 @@
 that an interrupted encoding leaves clean, num_proc=auto, and one preparation for many ranks."""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from data.corpus import (
     sequence_lengths,
 )
 from data.errors import DataError
-from data.tokenizer import EOS_ID, default_num_threads
+from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
 from tests.conftest import ROOT, tiny_run_overrides
 from tests.test_corpus import toy_parallel
 from tests.test_distributed import free_port
@@ -248,3 +249,28 @@ def test_sampler_order_and_batches_equal_lexsort_and_the_greedy_rule(high):
     order = np.lexsort((tgt, src, np.maximum(src, tgt)))
     assert np.array_equal(sampler._sorted, order)
     assert sampler._bounds.tolist() == reference_bounds(src[order], tgt[order], 600)
+
+
+def reference_reservoir(texts: list[str], size: int, seed: int) -> list[str]:
+    """A reservoir sample of the strings themselves (what the spooled one must equal)."""
+    rng, sample, seen = random.Random(seed), [], 0
+    for text in texts:
+        if not text.strip():
+            continue
+        if seen < size:
+            sample.append(text)
+        elif (j := rng.randrange(seen + 1)) < size:
+            sample[j] = text
+        seen += 1
+    return sample
+
+
+def test_the_spooled_tokenizer_sample_is_the_reservoir_of_the_strings(tmp_path):
+    en, de = toy_parallel(3000, 5)
+    texts = [t for pair in zip(en, de, strict=True) for t in pair] + ["  ", ""] * 50
+    ours = train_tokenizer(iter(texts), 150, tmp_path / "ours", sample_size=2500, seed=3)
+    sample = reference_reservoir(texts, 2500, 3)  # 2,500 of 6,000: replacements happen
+    assert len(sample) == 2500
+    again = train_tokenizer(sample, 150, tmp_path / "ref", sample_size=2500, seed=3)
+    assert ours.sha256 == again.sha256  # the same sentences in the same order
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no spool left
