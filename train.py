@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
+from datetime import timedelta
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -30,7 +31,7 @@ from tqdm import tqdm
 
 from data.batching import TokenBatchSampler, UpdatePlan, collate, plan_update
 from data.bleu import sacrebleu_score
-from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
+from data.corpus import PreparedData, absolute_local_paths, prepare_data
 from data.errors import report_user_errors
 from data.files import write_json
 from data.run_record import code_version, end_segment, read_segments, start_segment
@@ -115,25 +116,24 @@ def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)), "trainer.device")
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        timeout = timedelta(minutes=float(trainer.dist_timeout_minutes))
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
     if trainer.num_threads:
         torch.set_num_threads(trainer.num_threads)
     use_cuda_device(device)  # importable, so the SLURM launcher can pickle this function
     return rank, world, device
 
 
-def load_data(cfg: DictConfig, rank: int, world: int, tokenizer_path=None) -> PreparedData:
-    """The tokenized, cleaned corpus (rank 0 prepares and caches it first); data.json on rank 0.
+def load_data(cfg: DictConfig, rank: int, tokenizer_path=None) -> PreparedData:
+    """The tokenized, cleaned corpus; data.json on rank 0.
 
-    tokenizer_path: a resumed run's own tokenizer, used instead of the cache's.
+    Every rank calls prepare_data; the first to take the cache's lock trains and encodes, the
+    others wait on that file lock (no collective, so no trainer.dist_timeout_minutes to outlast)
+    and then map the same Arrow files. tokenizer_path: a resumed run's own tokenizer.
     """
-    if world > 1 and rank != 0:
-        dist.barrier()
     data = prepare_data(
         cfg.data, cfg.cache_dir, log.info, tokenizer_path, required_splits=("train", "validation")
     )
-    if world > 1 and rank == 0:
-        dist.barrier()
     if rank == 0:  # the run's own copy: evaluation and resume need no cache (README)
         data.tokenizer = data.tokenizer.copy_to(Path(cfg.run_dir) / RUN_TOKENIZER)
         sizes = {name: len(split) for name, split in data.splits.items()}
@@ -153,8 +153,7 @@ def build_state(
     optimizer, schedule = noam_adam(
         model.parameters(), cfg.model.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
     )
-    train_set = data.splits["train"]
-    src_lengths, tgt_lengths = (sequence_lengths(train_set, c) for c in ("src_ids", "tgt_ids"))
+    src_lengths, tgt_lengths = data.split_lengths("train")  # read once, from Arrow
     trainer = cfg.trainer
     plan = plan_update(  # ~effective_tokens real target tokens per update on any world size
         src_lengths, tgt_lengths, trainer.effective_tokens, cfg.data.max_tokens, world,
@@ -168,11 +167,9 @@ def build_state(
     sampler = TokenBatchSampler(
         src_lengths, tgt_lengths, plan.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank
     )
-    for split in (train_set, data.splits["validation"]):  # fail now, not at a long batch
-        model.check_lengths(
-            int(sequence_lengths(split, "src_ids").max(initial=1)),
-            int(sequence_lengths(split, "tgt_ids").max(initial=1)),
-        )
+    for split in ("train", "validation"):  # fail now, not at a long batch
+        src, tgt = data.split_lengths(split)
+        model.check_lengths(int(src.max(initial=1)), int(tgt.max(initial=1)))
     return TrainingState(model, optimizer, schedule, sampler, device, rank, world), plan
 
 
@@ -435,7 +432,7 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     torch.manual_seed(cfg.seed + rank)  # each rank its own dropout masks (model/training.py)
     own_tokenizer = run_dir / RUN_TOKENIZER
     own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
-    data = load_data(cfg, rank, world, own)
+    data = load_data(cfg, rank, own)
     state, plan = build_state(cfg, data, device, rank, world)
     position = cfg.position._target_.rsplit(".", 1)[-1]
     choices = {"position": position_choice(cfg.position)}

@@ -59,21 +59,47 @@ def _as_lengths(values: Sequence[int], name: str) -> np.ndarray:
     return array
 
 
-def _greedy_batch_bounds(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> np.ndarray:
-    """Return the offsets [0, ..., n] that cut length-sorted examples greedily into batches."""
-    n = len(src)
+def _length_order(src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
+    """Indices sorted by (max(src, tgt), src, tgt), ties by index: np.lexsort's order.
+
+    Each example's (src, tgt) pair is replaced by the rank of that pair among the pairs present
+    (a table over the pairs, not the examples); with at most 65,536 distinct pairs the ranks are
+    uint16 and the stable argsort is NumPy's radix sort, linear in the examples.
+    """
     longest = np.maximum(src, tgt)
+    width = int(tgt.max(initial=0)) + 1
+    if len(src) < 2 or int(src.max()) * width + width > 2**31:
+        return np.lexsort((tgt, src, longest))
+    code = src * width + tgt
+    present = np.flatnonzero(np.bincount(code, minlength=int(src.max()) * width + width))
+    if len(present) > 2**16:
+        return np.lexsort((tgt, src, longest))
+    p_src, p_tgt = present // width, present % width
+    rank = np.zeros(present[-1] + 1, dtype=np.uint16)
+    rank[present[np.lexsort((p_tgt, p_src, np.maximum(p_src, p_tgt)))]] = np.arange(
+        len(present), dtype=np.uint16
+    )
+    return np.argsort(rank[code], kind="stable")
+
+
+def _greedy_batch_bounds(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Return the offsets [0, ..., n] that cut length-sorted examples greedily into batches.
+
+    A batch grows while both padded sides fit: count * max(src) and count * max(tgt) <= budget.
+    In this order max(src, tgt) never decreases, so both maxima over a prefix are at most its
+    last example's max(src, tgt), one of them equal to it: the prefix fits when count times that
+    last value does, and that product grows with the count (the fitting prefix is contiguous).
+    """
+    n = len(src)
+    longest = np.maximum(src, tgt).astype(np.int64)
     counts = np.arange(1, min(max_tokens, n) + 1, dtype=np.int64)
     bounds = [0]
     start = 0
     while start < n:
         # No batch starting here can hold more than max_tokens // longest[start] examples.
         window = min(max_tokens // int(longest[start]), n - start)
-        end = start + window
-        src_fits = counts[:window] * np.maximum.accumulate(src[start:end]) <= max_tokens
-        tgt_fits = counts[:window] * np.maximum.accumulate(tgt[start:end]) <= max_tokens
-        # Both products grow with the batch size, so the fitting prefix is contiguous.
-        start += int(np.count_nonzero(src_fits & tgt_fits))
+        fits = counts[:window] * longest[start : start + window] <= max_tokens
+        start += int(np.count_nonzero(fits))
         bounds.append(start)
     return np.asarray(bounds, dtype=np.int64)
 
@@ -125,8 +151,8 @@ class TokenBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
 
-        # lexsort: the last key is the primary one; equal keys keep index order (stable).
-        self._sorted = np.lexsort((tgt, src, longest))
+        # by (longest, src, tgt); equal keys keep index order (stable)
+        self._sorted = _length_order(src, tgt)
         sorted_src, sorted_tgt = src[self._sorted], tgt[self._sorted]
         new_group = np.ones(len(src), dtype=bool)
         new_group[1:] = (sorted_src[1:] != sorted_src[:-1]) | (sorted_tgt[1:] != sorted_tgt[:-1])

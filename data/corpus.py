@@ -10,8 +10,22 @@ Cache layout under ``cache_dir``::
 
     tokenizers/<tokenizer key>/spm.model    the SentencePiece model
     tokenizers/<tokenizer key>/meta.json    the options it was trained with
-    encoded/<split key>-<split>.arrow       encoded split (<...>_00000_of_0000N.arrow shards when
-                                            first written with num_proc=N)
+    encoded/<split key>-<split>/            one encoded split: data*.arrow (one file per encoding
+                                            process) and meta.json (rows, files)
+    locks/<data key>.lock                   held while a process trains or encodes for this data
+
+An encoded split holds ids and what cleaning needs, not the text: ``src_ids``/``tgt_ids``
+(subwords + EOS), ``blank`` (a side is empty or whitespace-only) and ``src_words``
+(whitespace-separated source words). The returned splits join these columns to the corpus's own
+(memory-mapped) ``src``/``tgt`` text without copying it. Sequence lengths are read once from the
+Arrow offsets (NumPy) and cleaning is a NumPy mask over them (``PreparedData.lengths``).
+
+One preparation per cache: a process that must train or encode takes ``locks/<data key>.lock``
+(an exclusive ``flock``, released by the kernel if the process dies); a second process (another
+DDP rank, another run of a sweep) waits on that lock, not in a collective, then maps the files
+the first one wrote. A split is encoded into ``encoded/.staging-<host>-<pid>-<name>/`` and
+renamed into place when complete; an interrupted encoding removes its staging folder, and a
+killed one's is removed by the next preparation on that host.
 
 Cache keys. ``datasets`` gives in-memory datasets (``Dataset.from_dict``) random fingerprints, so
 the keys never use ``_fingerprint``. The *data identity* is a sha256 over the resolved
@@ -25,12 +39,16 @@ adds the split name and the tokenizer's sha256.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import shutil
+import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +56,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.table import InMemoryTable
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -53,20 +72,23 @@ from data.tokenizer import (
     PAD_ID,
     UNK_ID,
     Tokenizer,
+    default_num_threads,
     train_tokenizer,
 )
 
-ENCODING_VERSION = 1
+ENCODING_VERSION = 2  # 2: ids + cleaning columns in a folder per split, no text
 TEXT_TYPES = ("string", "large_string")
 IDS_FEATURE = datasets.Sequence(datasets.Value("int32"))
 ENCODED_FEATURES = datasets.Features(
     {
-        "src": datasets.Value("string"),
-        "tgt": datasets.Value("string"),
         "src_ids": IDS_FEATURE,
         "tgt_ids": IDS_FEATURE,
+        "blank": datasets.Value("bool"),
+        "src_words": datasets.Value("int32"),
     }
 )
+MAX_AUTO_PROCS = 16  # data.num_proc=auto: at most this many encoding processes
+ROWS_PER_PROC = 50_000  # data.num_proc=auto: one process per this many rows at least
 
 
 def load_hub(path: str, name: str | None = None, **kwargs: Any) -> datasets.DatasetDict:
@@ -230,6 +252,102 @@ def _blank(column: pa.ChunkedArray) -> np.ndarray:
     return pc.fill_null(pc.equal(length, 0), True).to_numpy(zero_copy_only=False)
 
 
+@dataclass
+class PairStats:
+    """What cleaning reads of each pair, as NumPy arrays with one entry per pair."""
+
+    src_len: np.ndarray  # source ids, EOS included
+    tgt_len: np.ndarray  # target ids, EOS included
+    blank: np.ndarray  # a side is missing, empty or whitespace-only
+    src_words: np.ndarray  # whitespace-separated source words
+
+
+def list_lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Lengths of an Arrow list column from its offsets (int32, no Python objects)."""
+    return np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False), np.int32)
+
+
+def _text_stats(train: datasets.Dataset) -> PairStats:
+    """PairStats of a dataset with src, tgt, src_ids and tgt_ids columns, read from its text."""
+    table = train.select_columns(["src", "tgt", "src_ids", "tgt_ids"]).with_format("arrow")[:]
+    texts = (t or "" for chunk in table["src"].chunks for t in chunk.to_pylist())
+    return PairStats(
+        src_len=list_lengths(table["src_ids"]),
+        tgt_len=list_lengths(table["tgt_ids"]),
+        blank=_blank(table["src"]) | _blank(table["tgt"]),
+        src_words=np.fromiter((len(t.split()) for t in texts), dtype=np.int32, count=len(train)),
+    )
+
+
+def _check_cleaning(max_len, max_ratio, max_src_words) -> None:
+    """Raise DataError for a cleaning setting out of range."""
+    if max_len is not None and int(max_len) < 2:
+        raise DataError(f"data.max_len must be at least 2 (subwords + EOS), got {max_len}")
+    if max_ratio is not None and float(max_ratio) < 1:
+        raise DataError(f"data.max_ratio must be >= 1 or null, got {max_ratio}")
+    if max_src_words is not None and int(max_src_words) < 1:
+        raise DataError(
+            f"data.train_max_src_words must be a positive word count or null, got {max_src_words}"
+        )
+
+
+def cleaning_mask(
+    stats: PairStats,
+    max_len: int | None = None,
+    max_ratio: float | None = None,
+    max_src_words: int | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """The pairs clean_train keeps (a boolean mask) and the counts per reason (see clean_train)."""
+    _check_cleaning(max_len, max_ratio, max_src_words)
+    n = len(stats.src_len)
+    src_len, tgt_len = stats.src_len.astype(np.int64), stats.tgt_len.astype(np.int64)
+    src_sub, tgt_sub = src_len - (src_len > 0), tgt_len - (tgt_len > 0)
+    empty = stats.blank | (src_sub == 0) | (tgt_sub == 0)
+    drop = empty.copy()
+    too_long = np.zeros(n, dtype=bool)
+    if max_len is not None:
+        too_long = ~drop & ((src_len > int(max_len)) | (tgt_len > int(max_len)))
+        drop |= too_long
+    ratio = np.zeros(n, dtype=bool)
+    if max_ratio is not None:
+        longer, shorter = np.maximum(src_sub, tgt_sub), np.minimum(src_sub, tgt_sub)
+        ratio = ~drop & (longer > float(max_ratio) * shorter)
+        drop |= ratio
+    counts = {"input": n, "empty": int(empty.sum()), "too_long": int(too_long.sum())}
+    counts["ratio"] = int(ratio.sum())
+    if max_src_words is not None:
+        over_max_words = ~drop & (stats.src_words > int(max_src_words))
+        drop |= over_max_words
+        counts["over_max_words"] = int(over_max_words.sum())
+    counts["kept"] = int(n - drop.sum())
+    if counts["kept"] == 0:
+        raise DataError(
+            f"the training split is empty after cleaning ({_counts_line(counts)}); check the "
+            "corpus and data.max_len/data.max_ratio/data.train_max_src_words"
+        )
+    return ~drop, counts
+
+
+def select_rows(ds: datasets.Dataset, keep: np.ndarray) -> datasets.Dataset:
+    """The rows of ds where keep is true: an index map built from NumPy, as `ds.select` makes.
+
+    (`select` turns the indices into a Python list first: seconds and GBs on millions of rows.)
+    """
+    if keep.all():
+        return ds
+    indices = pa.array(np.flatnonzero(keep).astype(np.uint64))
+    if ds._indices is not None:
+        indices = ds._indices.column(0).take(indices)
+    digest = hashlib.sha256(np.asarray(indices).tobytes()).hexdigest()[:16]
+    return datasets.Dataset(
+        ds.data,
+        info=ds.info,
+        split=ds.split,
+        indices_table=InMemoryTable(pa.table({"indices": indices})),
+        fingerprint=f"{ds._fingerprint}-keep-{digest}"[:64],
+    )
+
+
 def clean_train(
     train: datasets.Dataset,
     max_len: int | None = None,
@@ -248,63 +366,16 @@ def clean_train(
     - ``over_max_words`` (counted only when ``max_src_words`` is set, ``data.train_max_src_words``):
       the source has more than ``max_src_words`` whitespace-separated words, to train on short
       sentences only (the length-extrapolation study; validation/test are never filtered).
+
+    prepare_data computes the same mask from the cached PairStats (cleaning_mask), not the text.
     """
     missing = {"src", "tgt", "src_ids", "tgt_ids"} - set(train.column_names)
     if missing:
         raise DataError(
             f"clean_train needs columns src, tgt, src_ids, tgt_ids; missing {sorted(missing)}"
         )
-    if max_len is not None and int(max_len) < 2:
-        raise DataError(f"data.max_len must be at least 2 (subwords + EOS), got {max_len}")
-    if max_ratio is not None and float(max_ratio) < 1:
-        raise DataError(f"data.max_ratio must be >= 1 or null, got {max_ratio}")
-    if max_src_words is not None and int(max_src_words) < 1:
-        raise DataError(
-            f"data.train_max_src_words must be a positive word count or null, got {max_src_words}"
-        )
-    n = len(train)
-    counts = {"input": n, "empty": 0, "too_long": 0, "ratio": 0}
-    if max_src_words is not None:
-        counts["over_max_words"] = 0
-    counts["kept"] = 0
-    if n:
-        table = train.select_columns(["src", "tgt", "src_ids", "tgt_ids"]).with_format("arrow")[:]
-        src_len = pc.list_value_length(table["src_ids"]).to_numpy(zero_copy_only=False)
-        tgt_len = pc.list_value_length(table["tgt_ids"]).to_numpy(zero_copy_only=False)
-        src_sub = src_len - (src_len > 0)
-        tgt_sub = tgt_len - (tgt_len > 0)
-        empty = _blank(table["src"]) | _blank(table["tgt"]) | (src_sub == 0) | (tgt_sub == 0)
-        drop = empty.copy()
-        too_long = np.zeros(n, dtype=bool)
-        if max_len is not None:
-            too_long = ~drop & ((src_len > int(max_len)) | (tgt_len > int(max_len)))
-            drop |= too_long
-        ratio = np.zeros(n, dtype=bool)
-        if max_ratio is not None:
-            longer = np.maximum(src_sub, tgt_sub)
-            shorter = np.minimum(src_sub, tgt_sub)
-            ratio = ~drop & (longer > float(max_ratio) * shorter)
-            drop |= ratio
-        if max_src_words is not None:
-            texts = (t or "" for chunk in table["src"].chunks for t in chunk.to_pylist())
-            words = np.fromiter((len(t.split()) for t in texts), dtype=np.int64, count=n)
-            over_max_words = ~drop & (words > int(max_src_words))
-            drop |= over_max_words
-            counts["over_max_words"] = int(over_max_words.sum())
-        counts.update(
-            empty=int(empty.sum()),
-            too_long=int(too_long.sum()),
-            ratio=int(ratio.sum()),
-            kept=int(n - drop.sum()),
-        )
-        if drop.any():
-            train = train.select(np.flatnonzero(~drop).tolist())
-    if counts["kept"] == 0:
-        raise DataError(
-            f"the training split is empty after cleaning ({_counts_line(counts)}); check the "
-            "corpus and data.max_len/data.max_ratio/data.train_max_src_words"
-        )
-    return train, counts
+    keep, counts = cleaning_mask(_text_stats(train), max_len, max_ratio, max_src_words)
+    return select_rows(train, keep), counts
 
 
 def join_train(
@@ -341,8 +412,15 @@ def join_train(
 
 
 def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
-    """Lengths of a list column (e.g. src_ids), read from Arrow without building Python lists."""
-    return pc.list_value_length(dataset.with_format("arrow")[column]).to_numpy()
+    """Lengths of a list column (e.g. src_ids) from the Arrow offsets, without Python lists.
+
+    Read from the dataset's whole table and gathered by its index map (if any) in NumPy, never
+    through datasets' row-by-row index map.
+    """
+    lengths = list_lengths(dataset.data.column(column))
+    if dataset._indices is not None:
+        lengths = lengths[dataset._indices.column(0).to_numpy()]
+    return lengths
 
 
 @dataclass
@@ -352,6 +430,18 @@ class PreparedData:
     tokenizer: Tokenizer
     splits: datasets.DatasetDict
     counts: dict
+    # split -> (source lengths, target lengths), ids with EOS, one entry per row of the split
+    lengths: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def split_lengths(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(source, target) lengths of a split: the ones computed once, else read from Arrow."""
+        if split not in self.lengths:
+            ds = self.splits[split]
+            self.lengths[split] = (
+                sequence_lengths(ds, "src_ids"),
+                sequence_lengths(ds, "tgt_ids"),
+            )
+        return self.lengths[split]
 
 
 def _as_config(data_cfg: Any) -> DictConfig:
@@ -457,7 +547,9 @@ def _tokenizer_texts(train: datasets.Dataset, sample_size: int, seed: int) -> It
     n_pairs = min(len(train), (sample_size + 1) // 2)
     if n_pairs < len(train):
         rng = np.random.default_rng(seed)
-        train = train.select(np.sort(rng.choice(len(train), n_pairs, replace=False)).tolist())
+        keep = np.zeros(len(train), dtype=bool)
+        keep[rng.choice(len(train), n_pairs, replace=False)] = True
+        train = select_rows(train, keep)
     for batch in train.iter(batch_size=10_000):
         yield from batch["src"]
         yield from batch["tgt"]
@@ -484,35 +576,140 @@ def _load_or_train_tokenizer(
         }
     )
     out_dir = cache_dir / "tokenizers" / key
-    if (out_dir / MODEL_FILE).is_file():
-        tokenizer = Tokenizer(out_dir / MODEL_FILE)
-        log(f"data: tokenizer loaded from cache {tokenizer.path} (vocab {tokenizer.vocab_size})")
-        return tokenizer
-    log(f"data: training tokenizer (BPE, vocab {vocab_size}, sample <= {sample_size} sentences)")
-    start = time.perf_counter()
-    tokenizer = train_tokenizer(
-        _tokenizer_texts(train, sample_size, seed),
-        vocab_size,
-        out_dir,
-        sample_size=sample_size,
-        seed=seed,
-    )
-    log(f"data: tokenizer trained in {time.perf_counter() - start:.1f}s -> {tokenizer.path}")
+    if not (out_dir / MODEL_FILE).is_file():
+        with preparation_lock(cache_dir, identity, log):
+            if not (out_dir / MODEL_FILE).is_file():  # not written while this process waited
+                log(
+                    f"data: training tokenizer (BPE, vocab {vocab_size}, sample <= "
+                    f"{sample_size} sentences)"
+                )
+                start = time.perf_counter()
+                tokenizer = train_tokenizer(
+                    _tokenizer_texts(train, sample_size, seed),
+                    vocab_size,
+                    out_dir,
+                    sample_size=sample_size,
+                    seed=seed,
+                )
+                seconds = time.perf_counter() - start
+                log(f"data: tokenizer trained in {seconds:.1f}s -> {tokenizer.path}")
+                return tokenizer
+    tokenizer = Tokenizer(out_dir / MODEL_FILE)
+    log(f"data: tokenizer loaded from cache {tokenizer.path} (vocab {tokenizer.vocab_size})")
     return tokenizer
 
 
-class _Encoder:
-    """Batched `datasets.map` function adding `src_ids`/`tgt_ids` (subwords + EOS)."""
+@contextmanager
+def preparation_lock(cache_dir: Path, identity: str, log: Callable) -> Iterator[None]:
+    """Hold cache_dir/locks/<identity>.lock exclusively: one process prepares this data at a time.
 
-    def __init__(self, tokenizer: Tokenizer):
+    A flock: the kernel releases it when its process dies, and a waiting process blocks on the
+    file (no collective, no timeout), then finds what the holder wrote.
+    """
+    path = cache_dir / "locks" / f"{identity[:32]}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"data: waiting for another process preparing the same data ({path})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def resolve_num_proc(value: Any, rows: int) -> int:
+    """Encoding processes: data.num_proc, or for `auto` one per CPU (capped, and by rows)."""
+    if value is None:
+        return 1
+    if str(value) == "auto":
+        return max(1, min(default_num_threads(), MAX_AUTO_PROCS, rows // ROWS_PER_PROC))
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or str(number) != str(value).strip():
+        raise DataError(f"data.num_proc={value}: pass a positive number of processes or auto")
+    return number
+
+
+class _Encoder:
+    """Batched `datasets.map` function: ids (subwords + EOS) and cleaning columns, no text."""
+
+    def __init__(self, tokenizer: Tokenizer, num_threads: int):
         self.tokenizer = tokenizer
+        self.num_threads = num_threads
 
     def __call__(self, batch: dict[str, list]) -> dict[str, list]:
+        texts = {side: ["" if t is None else t for t in batch[side]] for side in ("src", "tgt")}
         out = {}
-        for side in ("src", "tgt"):
-            ids = self.tokenizer.encode(["" if t is None else t for t in batch[side]])
+        for side, side_texts in texts.items():
+            ids = self.tokenizer.encode(side_texts, num_threads=self.num_threads)
             out[f"{side}_ids"] = [seq + [EOS_ID] for seq in ids]
+        blank = _blank(pa.array(batch["src"], pa.string())) | _blank(
+            pa.array(batch["tgt"], pa.string())
+        )
+        out["blank"] = blank.tolist()
+        out["src_words"] = [len(t.split()) for t in texts["src"]]
         return out
+
+
+def _remove_stale_staging(encoded_dir: Path) -> None:
+    """Remove staging folders of encodings killed on this host (their process is gone)."""
+    host = socket.gethostname()
+    for folder in encoded_dir.glob(f".staging-{host}-*"):
+        pid = folder.name[len(f".staging-{host}-") :].split("-", 1)[0]
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, PermissionError):
+            continue
+
+
+def _write_encoded(
+    ds: datasets.Dataset, split: str, tokenizer: Tokenizer, final: Path, num_proc: int
+) -> None:
+    """Encode ds into a staging folder and rename it to `final` once complete."""
+    _remove_stale_staging(final.parent)
+    staging = final.parent / f".staging-{socket.gethostname()}-{os.getpid()}-{final.name}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        procs = num_proc if num_proc > 1 and len(ds) > 1 else None
+        encoded = ds.map(
+            _Encoder(tokenizer, max(1, default_num_threads() // (procs or 1))),
+            batched=True,
+            num_proc=procs,
+            cache_file_name=str(staging / "data.arrow"),
+            load_from_cache_file=False,
+            new_fingerprint=final.name[:40],
+            features=ENCODED_FEATURES,
+            remove_columns=["src", "tgt"],
+            desc=f"encode {split}",
+        )
+        files = sorted(p.name for p in staging.glob("data*.arrow"))
+        meta = {"rows": len(encoded), "files": files, "version": ENCODING_VERSION}
+        del encoded
+        (staging / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        os.rename(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _read_encoded(final: Path) -> datasets.Dataset:
+    """The encoded split in `final`, memory-mapped."""
+    meta = json.loads((final / "meta.json").read_text())
+    parts = [datasets.Dataset.from_file(str(final / name)) for name in meta["files"]]
+    encoded = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
+    if len(encoded) != meta["rows"]:
+        raise DataError(
+            f"encoded cache {final} has {len(encoded)} rows, its meta.json says {meta['rows']}; "
+            "delete that folder and rerun"
+        )
+    return encoded
 
 
 def _encode_split(
@@ -521,34 +718,43 @@ def _encode_split(
     tokenizer: Tokenizer,
     identity: str,
     cache_dir: Path,
-    num_proc: int,
+    num_proc: Any,
     log: Callable,
-) -> datasets.Dataset:
-    """Encode one split into (or load it from) its Arrow cache file."""
+) -> tuple[datasets.Dataset, PairStats]:
+    """One split with its ids (encoded into, or mapped from, the cache) and its PairStats."""
     key = _sha256_json(
         {"data": identity, "split": split, "tokenizer": tokenizer.sha256, "v": ENCODING_VERSION}
     )
-    out_dir = cache_dir / "encoded"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cache_file = out_dir / f"{key}-{split}.arrow"
-    cached = cache_file.exists() or any(out_dir.glob(f"{key}-{split}_*_of_*.arrow"))
+    final = cache_dir / "encoded" / f"{key}-{split}"
+    final.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    encoded = ds.map(
-        _Encoder(tokenizer),
-        batched=True,
-        num_proc=num_proc if num_proc > 1 and len(ds) > 1 else None,
-        cache_file_name=str(cache_file),
-        load_from_cache_file=True,
-        new_fingerprint=key[:40],
-        features=ENCODED_FEATURES,
-        desc=f"encode {split}",
+    what = "loaded from cache"
+    if not final.is_dir():
+        with preparation_lock(cache_dir, identity, log):
+            if not final.is_dir():  # not written while this process waited
+                procs = resolve_num_proc(num_proc, len(ds))
+                _write_encoded(ds, split, tokenizer, final, procs)
+                what = f"encoded ({procs} process{'es' if procs > 1 else ''})"
+    encoded = _read_encoded(final)
+    if len(encoded) != len(ds):
+        raise DataError(
+            f"encoded cache {final} has {len(encoded)} rows but split '{split}' has {len(ds)}; "
+            "delete that folder and rerun"
+        )
+    table = encoded.data
+    stats = PairStats(
+        src_len=list_lengths(table.column("src_ids")),
+        tgt_len=list_lengths(table.column("tgt_ids")),
+        blank=table.column("blank").to_numpy(),
+        src_words=np.asarray(table.column("src_words").to_numpy(), np.int32),
     )
-    what = "loaded from cache" if cached else "encoded"
+    ids = encoded.select_columns(["src_ids", "tgt_ids"])
+    joined = datasets.concatenate_datasets([ds, ids], axis=1)
     log(
-        f"data: split '{split}': {len(encoded)} pairs {what} in "
-        f"{time.perf_counter() - start:.1f}s ({cache_file.name})"
+        f"data: split '{split}': {len(joined)} pairs {what} in "
+        f"{time.perf_counter() - start:.1f}s ({final.name})"
     )
-    return encoded
+    return joined, stats
 
 
 def prepare_data(
@@ -565,7 +771,7 @@ def prepare_data(
     """
     cfg = _as_config(data_cfg)
     cache_dir = Path(cache_dir)
-    num_proc = int(cfg.get("num_proc") or 1)
+    num_proc = cfg.get("num_proc")
     corpus = select_direction(
         _instantiate_corpus(cfg), str(_require(cfg, "src_lang")), str(_require(cfg, "tgt_lang"))
     )
@@ -577,21 +783,25 @@ def prepare_data(
             )
     if len(corpus["train"]) == 0:
         raise DataError("the 'train' split is empty; check data.corpus")
+    resolve_num_proc(num_proc, len(corpus["train"]))  # a bad value: refused before any work
+    _check_cleaning(cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words"))
     identity = data_identity(cfg)
     if tokenizer_path is not None:
         tokenizer = Tokenizer(tokenizer_path)
         log(f"data: tokenizer {tokenizer.path} (vocab {tokenizer.vocab_size})")
     else:
         tokenizer = _load_or_train_tokenizer(corpus["train"], identity, cfg, cache_dir, log)
-    splits = datasets.DatasetDict(
-        {
-            split: _encode_split(ds, split, tokenizer, identity, cache_dir, num_proc, log)
-            for split, ds in corpus.items()
-        }
+    splits, stats = datasets.DatasetDict(), {}
+    for split, ds in corpus.items():
+        splits[split], stats[split] = _encode_split(
+            ds, split, tokenizer, identity, cache_dir, num_proc, log
+        )
+    keep, counts = cleaning_mask(
+        stats["train"], cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words")
     )
-    splits["train"], counts = clean_train(
-        splits["train"], cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words")
-    )
+    splits["train"] = select_rows(splits["train"], keep)
+    lengths = {split: (s.src_len, s.tgt_len) for split, s in stats.items()}
+    lengths["train"] = (stats["train"].src_len[keep], stats["train"].tgt_len[keep])
     if cfg.get("train_join_share") is not None:
         splits["train"], counts = join_train(
             splits["train"],
@@ -601,8 +811,9 @@ def prepare_data(
             int(cfg.get("train_join_seed") or 0),
             cfg.get("max_len"),
         )
+        del lengths["train"]  # joined lines: PreparedData.split_lengths reads them
     log(f"data: train cleaning: {_counts_line(counts)}")
-    return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts)
+    return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts, lengths=lengths)
 
 
 def absolute_local_paths(node: Any, base: str | Path) -> Any:

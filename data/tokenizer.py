@@ -11,8 +11,10 @@ Training choices:
 - Default SentencePiece normalisation (``nmt_nfkc``), so encode-then-decode returns NFKC text
   with runs of whitespace collapsed.
 - The training text is a bounded uniform random sample drawn here (reservoir sampling with a
-  fixed seed, blank lines skipped) and handed to SentencePiece whole, so memory stays bounded and
-  the sample does not depend on SentencePiece's own sampler.
+  fixed seed, blank lines skipped), so the sample does not depend on SentencePiece's own
+  sampler. The texts are spooled to an unlinked temporary file and the reservoir holds their
+  positions only; SentencePiece reads the sample back from that file, one sentence at a time
+  (a 2M-sentence sample is never held as Python strings).
 - The model is serialised in memory and written atomically (temporary directory, then rename):
   a killed or concurrent run never leaves a half-written model, and the file bytes (hence
   ``Tokenizer.sha256``) depend only on the sample and the options: SentencePiece writes its
@@ -30,9 +32,11 @@ import random
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
+import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
@@ -114,9 +118,9 @@ class Tokenizer:
                 raise
         return Tokenizer(path)
 
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """Return the subword ids of each text, without BOS/EOS."""
-        return self._sp.encode(list(texts), out_type=int)
+    def encode(self, texts: list[str], num_threads: int = -1) -> list[list[int]]:
+        """Return the subword ids of each text, without BOS/EOS (num_threads -1: every CPU)."""
+        return self._sp.encode(list(texts), out_type=int, num_threads=num_threads)
 
     def decode(self, ids: list[list[int]]) -> list[str]:
         """Return the text of each id sequence, cut at its first EOS, ignoring PAD and BOS."""
@@ -133,22 +137,36 @@ class Tokenizer:
         return texts
 
 
-def _reservoir(texts: Iterable[str], size: int, seed: int) -> list[str]:
-    """Return a uniform random sample of at most ``size`` non-blank texts."""
+def _reservoir(texts: Iterable[str], size: int, seed: int, spool: BinaryIO) -> np.ndarray:
+    """Spool the non-blank texts to `spool`; return a uniform sample of at most `size` of them.
+
+    The sample is an array of (offset, length) rows into the spool, in reservoir order (the
+    same choices as a reservoir of the strings themselves, with rng = random.Random(seed)).
+    """
     rng = random.Random(seed)
-    sample: list[str] = []
-    seen = 0
+    sample = np.zeros((min(size, 1 << 16), 2), dtype=np.int64)  # [slot, (offset, length)]
+    seen = offset = 0
     for text in texts:
         if not text or not text.strip():
             continue
-        if seen < size:
-            sample.append(text)
-        else:
-            j = rng.randrange(seen + 1)
-            if j < size:
-                sample[j] = text
+        data = text.encode("utf-8")
+        spool.write(data)
+        slot = seen if seen < size else rng.randrange(seen + 1)
+        if slot < size:
+            if slot >= len(sample):
+                sample = np.resize(sample, (min(size, 2 * len(sample)), 2))
+            sample[slot] = (offset, len(data))
+        offset += len(data)
         seen += 1
-    return sample
+    return sample[: min(seen, size)]
+
+
+def _spooled(spool: BinaryIO, sample: np.ndarray) -> Iterator[str]:
+    """Yield the sampled texts back from the spool, in sample order."""
+    spool.flush()
+    for offset, length in sample:
+        spool.seek(int(offset))
+        yield spool.read(int(length)).decode("utf-8")
 
 
 def _training_error(error: Exception, vocab_size: int) -> DataError:
@@ -196,9 +214,6 @@ def train_tokenizer(
     out_dir = Path(out_dir)
     if sample_size < 1:
         raise DataError(f"tokenizer sample size must be positive, got {sample_size}")
-    sample = _reservoir(texts, sample_size, seed)
-    if not sample:
-        raise DataError("tokenizer: no non-empty training text; check the training split")
     options = {
         "model_type": MODEL_TYPE,
         "vocab_size": int(vocab_size),
@@ -212,15 +227,19 @@ def train_tokenizer(
         "minloglevel": 1,
     }
     writer = io.BytesIO()
-    spm.set_random_generator_seed(seed)
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sample), model_writer=writer, **options
-        )
-    except RuntimeError as e:
-        raise _training_error(e, vocab_size) from e
-
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=out_dir.parent, prefix=".sample-") as spool:
+        sample = _reservoir(texts, sample_size, seed, spool)
+        if not len(sample):
+            raise DataError("tokenizer: no non-empty training text; check the training split")
+        spm.set_random_generator_seed(seed)
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=_spooled(spool, sample), model_writer=writer, **options
+            )
+        except RuntimeError as e:
+            raise _training_error(e, vocab_size) from e
+
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         (tmp_dir / MODEL_FILE).write_bytes(without_thread_count(writer.getvalue()))

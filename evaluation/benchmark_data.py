@@ -1,236 +1,289 @@
-"""The data benchmark: the project's real data path on replicated Multi30k, timed step by step,
-padding of the token-budget batches, and a projection to WMT14 (scripts/benchmark.py data).
+"""The data benchmark (scripts/benchmark.py data): a launch of the real data path on a corpus of
+WMT14's size in the hub's layout, cold and warm, phase by phase, and on two gloo DDP ranks.
 
-Projection assumptions, printed with the result: reading the text and cleaning are
-single-process and linear in pairs (WMT14 itself comes through ``load_hub``: download and Arrow
-conversion are not counted); tokenizer training is bounded by its sample, so it costs the same
-on WMT14 once the benchmark corpus fills the sample (the replicated corpus repeats 29k sentences
-and WMT14's vocabulary is 37k: this term is optimistic); encoding is linear in pairs and divides
-by the worker processes (16 / ``num_proc``); batching is single-process and linear in pairs.
+The corpus (``write_hub_corpus``) is written like ``wmt/wmt14`` de-en (parquet shards of a
+``translation: {de, en}`` column, splits train / validation / test, a README naming the config):
+lines join 1-3 random Multi30k pairs (23 English words a line on average), 1% of them 9-21 pairs
+(about 100-250 words), and most lines carry rare words drawn from a Zipf law over five million
+made-up types (the same word on both sides, as names and numbers are), so the vocabulary has a
+long tail.
+
+Each launch runs in its own process, as ``train.py`` would: imports, ``prepare_data`` (the same
+call train.py makes: corpus load, tokenizer, encoding, cleaning), then what train.py's
+``build_state`` does with the data (lengths, ``plan_update``, ``TokenBatchSampler``, the length
+check); the phases are timed from prepare_data's log lines. Cold: empty caches (the Hugging Face
+parquet-to-Arrow conversion included); warm: the same command again. DDP: the warm launch under
+``torch.distributed.run --nproc_per_node=2`` on gloo, each rank's figures and private memory.
 """
 
 from __future__ import annotations
 
-import itertools
+import argparse
+import json
 import os
+import random
+import resource
+import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import torch.distributed as dist
+
+from data.batching import TokenBatchSampler, plan_update
+from data.corpus import prepare_data
 from data.errors import DataError
+from data.tokenizer import default_num_threads
 from evaluation.configs import compose_config
-from evaluation.memory import PeakMemory
+from evaluation.flops import hardware_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+WMT14_LAYOUT = ROOT.parent / "shared" / "data" / "wmt14_layout_multi30k"
 WMT14_TRAIN_PAIRS = 4_508_785
-WMT14_EVAL_SENTENCES = 3_000 + 3_003  # newstest2013 + newstest2014
-TARGET_CORES = 16
-TARGET_SECONDS = 600.0
+EVAL_PAIRS = {"validation": 3_000, "test": 3_003}  # newstest2013, newstest2014
+SHARDS = 3
+CHUNK = 250_000  # pairs generated and written at a time
+ZIPF_A, RARE_TYPES = 1.1, 5_000_000  # rare words: ~400k types in 4.5M lines, most seen once
+SYLLABLES = [c + v for c in "bdfgklmnprstvwz" for v in "aeiou"] + ["sch", "ck", "th", "ng"]
+PHASES = ("imports", "load corpus", "tokenizer", "encode train", "other splits", "cleaning")
+PHASES += ("lengths + batching", "data ready")
 
 
-def write_replicated_pairs(corpus_dir: Path, out_dir: Path, pairs: int) -> dict[str, Path]:
-    """Write the first `pairs` lines of Multi30k train repeated end to end: {lang: path}."""
-    paths = {}
-    for lang in ("en", "de"):
-        lines = (corpus_dir / f"train.{lang}").read_bytes().splitlines(keepends=True)
-        paths[lang] = out_dir / f"train.{lang}"
-        with paths[lang].open("wb") as f:
-            f.writelines(itertools.islice(itertools.cycle(lines), pairs))
-    return paths
+def rare_word(rank: int) -> str:
+    """A made-up word naming a vocabulary rank (distinct ranks give distinct words)."""
+    parts = []
+    while True:
+        rank, digit = divmod(rank, len(SYLLABLES))
+        parts.append(SYLLABLES[digit])
+        if rank == 0:
+            break
+        rank -= 1
+    return "".join(parts).capitalize()
 
 
-class TimedLog:
-    """A `log` callback for prepare_data that prints with elapsed time and keeps timestamps."""
+def synthetic_lines(
+    rng: random.Random, zipf: np.ndarray, en: list[str], de: list[str], n: int
+) -> tuple[list[str], list[str]]:
+    """n parallel lines joined from Multi30k pairs, with rare words (zipf: their ranks)."""
+    out_en, out_de, next_rare = [], [], 0
+    for _ in range(n):
+        k = rng.randint(9, 21) if rng.random() < 0.01 else rng.choices((1, 2, 3), (8, 9, 3))[0]
+        picks = [rng.randrange(len(en)) for _ in range(k)]
+        line_en, line_de = [en[i] for i in picks], [de[i] for i in picks]
+        for _ in range(rng.choices((0, 1, 2), (4, 4, 2))[0]):
+            word = rare_word(int(zipf[next_rare % len(zipf)]))
+            next_rare += 1
+            line_en.append(word)
+            line_de.append(word)
+        out_en.append(" ".join(line_en))
+        out_de.append(" ".join(line_de))
+    return out_en, out_de
 
-    def __init__(self, echo: Callable[[str], None] = print):
-        self.echo = echo
-        self.start = time.perf_counter()
-        self.events: list[tuple[float, str]] = []
 
-    def __call__(self, message: str) -> None:
-        now = time.perf_counter()
-        self.events.append((now, message))
-        self.echo(f"[{now - self.start:7.1f}s] {message}")
+def write_hub_corpus(out: Path, pairs: int, corpus_dir: Path = MULTI30K, seed: int = 0) -> Path:
+    """Write a corpus of `pairs` training pairs in wmt/wmt14's de-en layout under out."""
+    en = (corpus_dir / "train.en").read_text(encoding="utf-8").splitlines()
+    de = (corpus_dir / "train.de").read_text(encoding="utf-8").splitlines()
+    (out / "de-en").mkdir(parents=True, exist_ok=True)
+    shutil.copy(WMT14_LAYOUT / "README.md", out / "README.md")  # names the de-en config
+    rng, np_rng = random.Random(seed), np.random.default_rng(seed)
+    sizes = {"train": pairs, **EVAL_PAIRS}
+    for split, size in sizes.items():
+        shards = SHARDS if split == "train" else 1
+        bounds = np.linspace(0, size, shards + 1).astype(int)
+        for shard in range(shards):
+            name = out / "de-en" / f"{split}-{shard:05d}-of-{shards:05d}.parquet"
+            schema = pa.schema(
+                [("translation", pa.struct([("de", pa.string()), ("en", pa.string())]))]
+            )
+            with pq.ParquetWriter(name, schema) as writer:
+                for start in range(bounds[shard], bounds[shard + 1], CHUNK):
+                    n = min(CHUNK, bounds[shard + 1] - start)
+                    zipf = np.minimum(np_rng.zipf(ZIPF_A, 2 * n), RARE_TYPES)
+                    lines_en, lines_de = synthetic_lines(rng, zipf, en, de, n)
+                    column = pa.StructArray.from_arrays(
+                        [pa.array(lines_de), pa.array(lines_en)], names=["de", "en"]
+                    )
+                    writer.write_table(pa.table({"translation": column}), row_group_size=100_000)
+    return out
 
-    def at(self, prefix: str) -> float:
-        """Time of the first message starting with prefix."""
-        for t, message in self.events:
-            if message.startswith(prefix):
-                return t
-        seen = "; ".join(m for _, m in self.events)
-        raise RuntimeError(f"prepare_data never logged {prefix!r} (it logged: {seen})")
+
+def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> dict:
+    """One launch's data path, as train.py runs it, timed by phase (this process's figures)."""
+    imported = time.time()
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1:
+        dist.init_process_group("gloo", timeout=timedelta(minutes=30))
+    cfg = compose_config(
+        ["data=wmt14_en_de", f"data.path={corpus}", f"cache_dir={cache}"]
+        + [f"data.{key}={value}" for key, value in settings.items()]
+    )
+    events: list[tuple[float, str]] = []
+    data = prepare_data(cfg.data, cfg.cache_dir, log=lambda m: events.append((time.time(), m)))
+    src, tgt = data.split_lengths("train")
+    plan = plan_update(src, tgt, 25_000, int(cfg.data.max_tokens), max(world, 1))
+    TokenBatchSampler(src, tgt, plan.max_tokens, seed=1, num_replicas=world, rank=rank)
+    longest = max(int(x.max()) for x in (*data.split_lengths("validation"), src, tgt))
+    ready = time.time()
+    if world > 1:
+        dist.barrier()
+    at = {}
+    for t, message in events:
+        for key, prefix in (
+            ("first", "data: "),
+            ("tokenizer", "data: tokenizer "),
+            ("train", "data: split 'train'"),
+            ("splits", "data: split "),
+            ("cleaning", "data: train cleaning"),
+        ):
+            if message.startswith(prefix) and (key not in at or key == "splits"):
+                at[key] = t
+    own, child = (
+        resource.getrusage(who).ru_maxrss / 2**20
+        for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return {
+        "rank": rank,
+        "phases": {
+            "imports": imported - start,
+            "load corpus": at["first"] - imported,
+            "tokenizer": at["tokenizer"] - at["first"],
+            "encode train": at["train"] - at["tokenizer"],
+            "other splits": at["splits"] - at["train"],
+            "cleaning": at["cleaning"] - at["splits"],
+            "lengths + batching": ready - at["cleaning"],
+            "data ready": ready - start,
+        },
+        "peak_rss_gib": own,
+        "largest_child_gib": child,
+        "private_gib": psutil.Process().memory_full_info().uss / 2**30,
+        "kept": data.counts["kept"],
+        "longest": longest,
+        "log": [m for _, m in events],
+    }
+
+
+def run_launch(corpus: Path, cache: Path, settings: dict, out: Path, ranks: int = 1) -> list:
+    """Run one launch in fresh processes (ranks > 1: torch.distributed.run on gloo)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(cache / "hf")}
+    env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    module = ["-m", "evaluation.benchmark_data", str(corpus), str(cache), str(out)]
+    module += [f"{key}={value}" for key, value in settings.items()]
+    command = [sys.executable, *module]
+    if ranks > 1:
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}"]
+        command += [f"--master_port={free_port()}", *module]
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "stderr.log").open("w") as errors:
+        result = subprocess.run(command, cwd=ROOT, env=env, stdout=errors, stderr=errors)
+    if result.returncode != 0:
+        tail = (out / "stderr.log").read_text()[-3000:]
+        raise RuntimeError(f"launch failed ({' '.join(command)}):\n{tail}")
+    return [json.loads(p.read_text()) for p in sorted(out.glob("rank-*.json"))]
+
+
+def free_port() -> int:
+    """A free TCP port on this host for the DDP rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def benchmark_data(
-    pairs: int = 1_000_000,
-    num_proc: int | None = None,
+    pairs: int = WMT14_TRAIN_PAIRS,
+    workdir: Path | None = None,
+    num_proc: str = "auto",
+    vocab_size: int = 37_000,
+    tokenizer_sample: int = 2_000_000,
     max_tokens: int = 4096,
-    vocab_size: int = 8000,
-    tokenizer_sample: int | None = None,
+    ddp: bool = True,
+    keep: bool = False,
     corpus_dir: Path = MULTI30K,
     echo: Callable[[str], None] = print,
 ) -> dict:
-    """Prepare and batch replicated Multi30k; Multi30k padding; projection to WMT14."""
-    from omegaconf import OmegaConf
-
-    from data.batching import TokenBatchSampler, padding_fraction
-    from data.corpus import prepare_data, sequence_lengths
-    from data.tokenizer import default_num_threads
-
-    corpus_dir = Path(corpus_dir)
+    """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch."""
     if not (corpus_dir / "train.en").is_file():
-        raise DataError(
-            f"Multi30k not found at {corpus_dir}: pass --corpus-dir <folder with train.en/train.de>"
-        )
-    num_proc = num_proc or default_num_threads()
-    wmt14 = compose_config(["data=wmt14_en_de"]).data
-    tokenizer_sample = tokenizer_sample or int(wmt14.tokenizer_sample)
-
-    with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp, PeakMemory() as memory:
-        tmp = Path(tmp)
-        echo(f"writing {pairs} replicated Multi30k pairs to {tmp}")
-        files = write_replicated_pairs(corpus_dir, tmp, pairs)
-        data_cfg = OmegaConf.create(
-            {
-                "corpus": {
-                    "_target_": "data.corpus.load_text_pairs",
-                    "files": {
-                        "train": {lang: str(path) for lang, path in files.items()},
-                        "validation": {lang: str(corpus_dir / f"val.{lang}") for lang in files},
-                        "test": {
-                            lang: str(corpus_dir / f"test_2016_flickr.{lang}") for lang in files
-                        },
-                    },
-                },
-                "src_lang": "en",
-                "tgt_lang": "de",
-                "vocab_size": vocab_size,
-                "tokenizer_sample": tokenizer_sample,
-                "max_len": int(wmt14.max_len),
-                "max_ratio": wmt14.max_ratio,
-                "max_tokens": max_tokens,
-                "num_proc": num_proc,
-            }
-        )
-        log = TimedLog(echo)
-        prepared = prepare_data(data_cfg, tmp / "cache", log=log)
-        end = time.perf_counter()
-        t_tok_start = log.at("data: training tokenizer")
-        t_tok_end = log.at("data: tokenizer trained")
-        t_train = log.at("data: split 'train'")
-        t_eval = log.at("data: split 'test'")
-        t_clean = log.at("data: train cleaning")
-        kept = prepared.splits["train"]
-
-        echo(f"batching {len(kept)} pairs (max_tokens {max_tokens}): construction + one epoch")
+        raise DataError(f"Multi30k not found at {corpus_dir}: pass --corpus-dir <its folder>")
+    work = Path(workdir or tempfile.mkdtemp(prefix="bench-data-"))
+    settings = {"num_proc": num_proc, "vocab_size": vocab_size}
+    settings.update(tokenizer_sample=tokenizer_sample, max_tokens=max_tokens)
+    try:
+        echo(f"writing {pairs:,} pairs in the wmt/wmt14 layout to {work / 'corpus'}")
         start = time.perf_counter()
-        sampler = TokenBatchSampler(
-            sequence_lengths(kept, "src_ids"), sequence_lengths(kept, "tgt_ids"), max_tokens, seed=0
-        )
-        n_batches = sum(1 for _ in sampler)
-        batching = time.perf_counter() - start
-
-        echo("padding on the original Multi30k (configs/data/multi30k.yaml)")
-        m30k_cfg = compose_config(
-            ["data=multi30k", f"data.path={corpus_dir}", f"data.max_tokens={max_tokens}"]
-        )
-        m30k = prepare_data(m30k_cfg.data, tmp / "cache", log=TimedLog(echo)).splits["train"]
-        src, tgt = sequence_lengths(m30k, "src_ids"), sequence_lengths(m30k, "tgt_ids")
-        padding = padding_fraction(TokenBatchSampler(src, tgt, max_tokens, seed=0), src, tgt)
-
-    own_mib, child_mib = PeakMemory.rusage_mib()
-    sentences = 2 * pairs
-    load = t_tok_start - log.start
-    tokenizer = t_tok_end - t_tok_start
-    encode = t_train - t_tok_end
-    encode_eval = t_eval - t_train
-    clean = t_clean - t_eval
-    prepare = end - log.start
-    eval_sentences = 2 * sum(len(prepared.splits[s]) for s in ("validation", "test"))
-    scale = WMT14_TRAIN_PAIRS / pairs
-    sample_fill = min(sentences, tokenizer_sample) / tokenizer_sample
-    projection = {
-        "load": load * scale,
-        "tokenizer": tokenizer / sample_fill,
-        "encode": encode * scale * num_proc / TARGET_CORES,
-        "encode_eval": encode_eval * 2 * WMT14_EVAL_SENTENCES / eval_sentences,
-        "clean": clean * scale,
-        "batching": batching * scale,
-    }
-    projected = sum(projection.values())
+        corpus = write_hub_corpus(work / "corpus", pairs, corpus_dir)
+        written = time.perf_counter() - start
+        size = sum(p.stat().st_size for p in corpus.rglob("*.parquet"))
+        runs = {}
+        for name, ranks in (("cold", 1), ("warm", 1), ("ddp", 2))[: 3 if ddp else 2]:
+            echo(f"{name} launch ({ranks} process{'es' if ranks > 1 else ''})")
+            runs[name] = run_launch(corpus, work / "cache", settings, work / name, ranks)
+        cache_gib = {
+            part: sum(p.stat().st_size for p in (work / "cache" / part).rglob("*") if p.is_file())
+            / 2**30
+            for part in ("hf", "encoded", "tokenizers")
+        }
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
     return {
         "pairs": pairs,
-        "num_proc": num_proc,
+        "corpus_gib": size / 2**30,
+        "generate_s": written,
+        "settings": settings,
         "cpus": default_num_threads(),
-        "vocab_size": vocab_size,
-        "tokenizer_sample": tokenizer_sample,
-        "tokenizer_sentences": min(sentences, tokenizer_sample),
-        "kept_pairs": len(kept),
-        "load_s": load,
-        "tokenizer_s": tokenizer,
-        "encode_s": encode,
-        "encode_sentences_per_s": sentences / encode,
-        "encode_eval_s": encode_eval,
-        "clean_s": clean,
-        "prepare_s": prepare,
-        "batching_s": batching,
-        "batches": n_batches,
-        "multi30k_pairs": len(m30k),
-        "multi30k_padding": padding,
-        "peak_rss_self_mib": own_mib,
-        "peak_rss_largest_child_mib": child_mib,
-        "peak_rss_tree_mib": memory.tree_peak_mib,
-        "max_tokens": max_tokens,
+        "cpu": hardware_name(torch.device("cpu")),
+        "cache_gib": cache_gib,
+        "runs": runs,
         "load_average": os.getloadavg(),
-        "projection": projection,
-        "projected_wmt14_s": projected,
-        "meets_target": projected <= TARGET_SECONDS,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
 
-def data_rows(fig: dict) -> list[tuple[str, str, str]]:
-    """Table rows (measure, value, note) for benchmark_data's figures."""
-    proj = fig["projection"]
-    tree = fig["peak_rss_tree_mib"]
-    return [
-        ("pairs (replicated Multi30k)", f"{fig['pairs']:,}", f"{fig['kept_pairs']:,} kept"),
-        ("load text pairs", f"{fig['load_s']:.1f} s", f"-> {proj['load']:.0f} s on WMT14"),
-        (
-            "tokenizer training",
-            f"{fig['tokenizer_s']:.1f} s",
-            f"{fig['tokenizer_sentences']:,} sentences, vocab {fig['vocab_size']}"
-            f" -> {proj['tokenizer']:.0f} s (sample-bounded)",
-        ),
-        (
-            "encode train",
-            f"{fig['encode_s']:.1f} s",
-            f"{fig['encode_sentences_per_s']:,.0f} sentences/s, num_proc {fig['num_proc']}"
-            f" -> {proj['encode']:.0f} s on {TARGET_CORES} procs",
-        ),
-        ("encode validation+test", f"{fig['encode_eval_s']:.1f} s", ""),
-        ("clean train", f"{fig['clean_s']:.1f} s", f"-> {proj['clean']:.0f} s"),
-        ("prepare_data total", f"{fig['prepare_s']:.1f} s", ""),
-        (
-            "batching (build + 1 epoch)",
-            f"{fig['batching_s']:.2f} s",
-            f"{fig['batches']:,} batches -> {proj['batching']:.0f} s",
-        ),
-        (
-            "padding, Multi30k train",
-            f"{100 * fig['multi30k_padding']:.2f} %",
-            f"{fig['multi30k_pairs']:,} pairs, max_tokens {fig['max_tokens']}; target < 10 %",
-        ),
-        (
-            "peak RSS",
-            f"{fig['peak_rss_self_mib']:,.0f} MiB",
-            f"largest child {fig['peak_rss_largest_child_mib']:,.0f} MiB"
-            + (f", process tree (sampled) {tree:,.0f} MiB" if tree is not None else ""),
-        ),
-        (
-            f"WMT14 {WMT14_TRAIN_PAIRS:,} pairs, {TARGET_CORES} cores",
-            f"{fig['projected_wmt14_s']:.0f} s",
-            f"target <= {TARGET_SECONDS:.0f} s: {'MET' if fig['meets_target'] else 'NOT MET'}",
-        ),
-    ]
+def data_rows(fig: dict) -> list[tuple[str, ...]]:
+    """Table rows: each phase and the memory, per launch (cold, warm, DDP rank 0, rank 1)."""
+    launches = [("cold", fig["runs"]["cold"][0]), ("warm", fig["runs"]["warm"][0])]
+    launches += [(f"DDP rank {r['rank']}", r) for r in fig["runs"].get("ddp", [])]
+    rows = [("phase", *(name for name, _ in launches))]
+    for phase in PHASES:
+        rows.append((phase, *(f"{run['phases'][phase]:.1f} s" for _, run in launches)))
+    for key, label in (
+        ("peak_rss_gib", "peak RSS"),
+        ("private_gib", "private memory at the end"),
+        ("largest_child_gib", "largest encoding worker, peak RSS"),
+    ):
+        rows.append((label, *(f"{run[key]:.2f} GiB" for _, run in launches)))
+    return rows
+
+
+def _launch_main(argv: list[str]) -> None:
+    """Entry of one launch process: corpus, cache, out folder, then key=value data settings."""
+    start = _process_start()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("cache", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("settings", nargs="*")
+    args = parser.parse_args(argv)
+    settings = dict(item.split("=", 1) for item in args.settings)
+    fig = launch_figures(args.corpus, args.cache, settings, start)
+    (args.out / f"rank-{fig['rank']}.json").write_text(json.dumps(fig, indent=1) + "\n")
+
+
+def _process_start() -> float:
+    """When this process started (seconds since the epoch), imports included."""
+    return psutil.Process().create_time()
+
+
+if __name__ == "__main__":
+    _launch_main(sys.argv[1:])

@@ -23,6 +23,7 @@ KEEP_THE_MATH = (
     "trainer.precision",
     "trainer.compile",
     "trainer.num_threads",
+    "trainer.dist_timeout_minutes",
     "trainer.max_steps",
     "trainer.max_epochs",
     "trainer.max_minutes",

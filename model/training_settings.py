@@ -45,6 +45,7 @@ RANGES = {
     "trainer.keep_last": (1, False, True, "step checkpoints kept"),
     "trainer.log_every": (1, False, True, "updates between log lines"),
     "trainer.num_threads": (1, True, True, "null: torch's default"),
+    "trainer.dist_timeout_minutes": (1e-9, False, False, "DDP collective timeout"),
     "optim.warmup": (1, False, True, "the paper: 4000"),
     "optim.lr_scale": (1e-12, False, False, "the paper: 1.0"),
     "optim.eps": (0, False, False, "the paper: 1e-9"),

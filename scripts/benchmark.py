@@ -1,16 +1,17 @@
 """Speed benchmarks that print medians, ratios and projections as a compact table.
 
-    python scripts/benchmark.py data   [--pairs 1000000] [--num-proc N] [--max-tokens 4096]
+    python scripts/benchmark.py data   [--pairs 4508785] [--workdir DIR] [--no-ddp] [--keep]
     python scripts/benchmark.py decode [--sentences 256] [--beam 4] [--vs hf] [--repeats 5]
     python scripts/benchmark.py decode --run-dir RUN [--split test] [--sentences 256] [--beam 4]
     python scripts/benchmark.py train  [--model base small] [--vs hf] [--profile] [--device cuda]
     python scripts/benchmark.py train --variants [relative t5 ...] [--model small base]
 
-``data`` (evaluation/benchmark_data.py) replicates the Multi30k training text
-(../shared/data/multi30k, 29k pairs) to ``--pairs`` pairs and runs the project's real data path
-on it (``data.corpus.prepare_data``: tokenizer training, encoding with ``--num-proc`` workers,
-cleaning), times ``TokenBatchSampler``, measures the padding on Multi30k and projects the time
-to prepare WMT14 (4,508,785 pairs) on 16 cores.
+``data`` (evaluation/benchmark_data.py) writes a corpus of WMT14's size (``--pairs``, 4,508,785
+by default) in the hub's wmt/wmt14 layout (parquet shards; Multi30k sentences joined, a long tail
+of rare words) under ``--workdir`` (a temporary folder by default; deleted at the end unless
+``--keep``), then times launches of the real data path, each in its own process as train.py
+runs it (``prepare_data``, lengths, ``plan_update``, ``TokenBatchSampler``): cold, warm, and
+warm on two gloo DDP ranks, phase by phase, with peak RSS and each rank's private memory.
 
 ``decode`` (evaluation/benchmark_decode.py) times ``model.search.beam_search`` on a randomly
 initialised model of the dims of ``configs/model/<--model>.yaml``; ``--vs hf`` times Hugging Face
@@ -51,7 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from data.errors import report_user_errors
-from evaluation.benchmark_data import MULTI30K, TARGET_CORES, benchmark_data, data_rows
+from evaluation.benchmark_data import MULTI30K, WMT14_TRAIN_PAIRS, benchmark_data, data_rows
 from evaluation.benchmark_decode import (
     benchmark_decode,
     benchmark_engines,
@@ -71,21 +72,24 @@ from evaluation.tables import format_table, machine_line
 def run_data(args: argparse.Namespace) -> dict:
     """Run the data benchmark from parsed arguments and print its table."""
     fig = benchmark_data(
-        args.pairs,
-        args.num_proc,
-        args.max_tokens,
-        args.vocab_size,
-        args.tokenizer_sample,
-        args.corpus_dir,
+        pairs=args.pairs,
+        workdir=args.workdir,
+        num_proc=args.num_proc,
+        vocab_size=args.vocab_size,
+        tokenizer_sample=args.tokenizer_sample,
+        max_tokens=args.max_tokens,
+        ddp=not args.no_ddp,
+        keep=args.keep,
+        corpus_dir=args.corpus_dir,
     )
-    print(f"\ndata benchmark, {machine_line(fig)}")
-    print(format_table(("measure", "value", "note"), data_rows(fig), align="lrl"))
     print(
-        f"projection to WMT14 on {TARGET_CORES} cores: loading, cleaning and batching linear in "
-        "pairs (one process); tokenizer training constant (sample-bounded; optimistic here: "
-        f"repeated text, vocab {fig['vocab_size']} vs 37k); encoding linear in pairs, divided "
-        f"by {TARGET_CORES} / {fig['num_proc']} processes"
+        f"\ndata benchmark, {fig['date']}, {fig['cpu']}, {fig['cpus']} CPUs, "
+        f"{fig['pairs']:,} pairs ({fig['corpus_gib']:.2f} GiB parquet), {fig['settings']}"
     )
+    rows = data_rows(fig)
+    print(format_table(rows[0], rows[1:]))
+    cache = ", ".join(f"{k} {v:.2f} GiB" for k, v in fig["cache_gib"].items())
+    print(f"cache: {cache}; load average at the end {fig['load_average']}")
     return fig
 
 
@@ -284,11 +288,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
     commands = parser.add_subparsers(dest="command", required=True)
 
     data = commands.add_parser("data", help="tokenizer, encoding, batching, padding, memory")
-    data.add_argument("--pairs", type=int, default=1_000_000, help="replicated training pairs")
-    data.add_argument("--num-proc", type=int, default=None, help="encoding workers (all CPUs)")
+    data.add_argument("--pairs", type=int, default=WMT14_TRAIN_PAIRS, help="training pairs")
+    data.add_argument("--workdir", type=Path, default=None, help="corpus and caches (temporary)")
+    data.add_argument("--keep", action="store_true", help="keep --workdir at the end")
+    data.add_argument("--num-proc", default="auto", help="data.num_proc: a number or auto")
+    data.add_argument("--no-ddp", action="store_true", help="skip the two-rank launch")
     data.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch and side")
-    data.add_argument("--vocab-size", type=int, default=8000)
-    data.add_argument("--tokenizer-sample", type=int, default=None, help="WMT14's by default")
+    data.add_argument("--vocab-size", type=int, default=37_000)
+    data.add_argument("--tokenizer-sample", type=int, default=2_000_000)
     data.add_argument("--corpus-dir", type=Path, default=MULTI30K, help="Multi30k text folder")
     data.set_defaults(run=run_data)
 

@@ -2,11 +2,24 @@
 setting, the FLOP formula against torch's counter, and the table printer."""
 
 import os
+import random
 
+import numpy as np
 import pytest
 import torch
 
-from evaluation.benchmark_data import benchmark_data
+from data.corpus import load_hub
+from evaluation.benchmark_data import (
+    EVAL_PAIRS,
+    PHASES,
+    RARE_TYPES,
+    ZIPF_A,
+    benchmark_data,
+    data_rows,
+    rare_word,
+    synthetic_lines,
+    write_hub_corpus,
+)
 from evaluation.benchmark_decode import benchmark_decode
 from evaluation.benchmark_models import build_models
 from evaluation.benchmark_train import (
@@ -35,27 +48,53 @@ def test_format_table_aligns_columns():
     assert table[2].startswith("a ") and table[2].endswith("    1")
 
 
-def test_data_benchmark_reports_sane_figures():
+def test_data_benchmark_times_cold_warm_and_two_ranks(tmp_path):
     corpus_dir = shared_data("multi30k")
+    work = tmp_path / "bench"
     fig = benchmark_data(
         pairs=3000,
-        num_proc=1,
+        workdir=work,
         vocab_size=500,
         tokenizer_sample=4000,
         corpus_dir=corpus_dir,
         echo=lambda message: None,
     )
-    assert fig["pairs"] == 3000 and 0 < fig["kept_pairs"] <= 3000
-    assert fig["tokenizer_sentences"] == 4000
-    for key in ("load_s", "tokenizer_s", "encode_s", "clean_s", "batching_s", "prepare_s"):
-        assert fig[key] > 0, key
-    assert fig["encode_sentences_per_s"] == pytest.approx(6000 / fig["encode_s"])
-    assert fig["batches"] > 0
-    assert fig["multi30k_pairs"] > 28_000
-    assert 0 < fig["multi30k_padding"] < 0.1  # the acceptance: padding below 10% on Multi30k
-    assert fig["peak_rss_self_mib"] > 50
-    assert fig["projected_wmt14_s"] == pytest.approx(sum(fig["projection"].values()))
-    assert fig["meets_target"] == (fig["projected_wmt14_s"] <= 600)
+    assert not work.exists()  # the generated corpus and caches are deleted
+    cold, warm, ddp = fig["runs"]["cold"][0], fig["runs"]["warm"][0], fig["runs"]["ddp"]
+    assert [run["rank"] for run in ddp] == [0, 1]
+    assert any("training tokenizer" in line for line in cold["log"])
+    assert sum("encoded (1 process)" in line for line in cold["log"]) == 3  # auto: 1 here
+    for run in (warm, *ddp):  # every later launch maps what the cold one wrote
+        assert not any("training tokenizer" in line for line in run["log"])
+        assert sum("pairs loaded from cache" in line for line in run["log"]) == 3
+    for run in (cold, warm, *ddp):
+        assert run["kept"] == cold["kept"] and 0 < run["kept"] <= 3000
+        assert all(seconds >= 0 for seconds in run["phases"].values())
+        assert run["phases"]["data ready"] >= run["phases"]["imports"] > 0
+        assert run["peak_rss_gib"] >= run["private_gib"] > 0
+    rows = data_rows(fig)
+    assert rows[0] == ("phase", "cold", "warm", "DDP rank 0", "DDP rank 1")
+    assert [row[0] for row in rows[1 : 1 + len(PHASES)]] == list(PHASES)
+
+
+def test_generated_corpus_has_the_hub_layout_and_a_long_tail(tmp_path):
+    corpus_dir = shared_data("multi30k")
+    corpus = write_hub_corpus(tmp_path / "corpus", 30_000, corpus_dir)
+    assert len(list((corpus / "de-en").glob("train-*-of-00003.parquet"))) == 3
+    loaded = load_hub(str(corpus), "de-en", cache_dir=str(tmp_path / "hf"))
+    assert {split: len(ds) for split, ds in loaded.items()} == {
+        "train": 30_000,
+        **EVAL_PAIRS,
+    }
+    words = np.array([len(pair["en"].split()) for pair in loaded["train"]["translation"]])
+    assert 20 < words.mean() < 26  # WMT14's English: about 23 words a line
+    assert 0.005 < np.mean(words >= 100) < 0.015 and words.max() < 400
+    rng = random.Random(0)
+    ranks = np.minimum(np.random.default_rng(0).zipf(ZIPF_A, 20_000), RARE_TYPES)
+    en, _ = synthetic_lines(rng, ranks, ["a b"], ["c d"], 10_000)
+    rare = [w for line in en for w in line.split() if w not in ("a", "b")]
+    assert len(set(rare)) > 0.3 * len(rare)  # a long tail: many types seen once or twice
+    assert len({rare_word(r) for r in range(100_000)}) == 100_000
 
 
 def test_decode_benchmark_reports_sane_figures():

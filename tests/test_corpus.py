@@ -305,12 +305,12 @@ def test_prepare_data_second_call_reuses_caches(toy_cfg, tmp_path, monkeypatch):
     first = prepare_data(toy_cfg, cache, log=lambda _: None)
     state = cache_state(cache)
     assert len(list((cache / "tokenizers").glob("*/spm.model"))) == 1
-    encoded_files = sorted(p.name for p in (cache / "encoded").iterdir())
-    assert len(encoded_files) == 3
-    assert all(
-        name.endswith(("-train.arrow", "-validation.arrow", "-test.arrow"))
-        for name in encoded_files
+    folders = sorted(p.name for p in (cache / "encoded").iterdir())
+    assert len(folders) == 3 and all(
+        name.endswith(("-train", "-validation", "-test")) for name in folders
     )
+    encoded_files = {str(p) for p in (cache / "encoded").glob("*/data*.arrow")}
+    assert len(encoded_files) == 3
 
     def fail(*args, **kwargs):
         raise AssertionError("cache miss: this should not run on the second call")
@@ -324,8 +324,8 @@ def test_prepare_data_second_call_reuses_caches(toy_cfg, tmp_path, monkeypatch):
     assert second.counts == first.counts
     for split in first.splits:
         assert list(second.splits[split]["tgt_ids"]) == list(first.splits[split]["tgt_ids"])
-        files = [Path(f["filename"]).name for f in second.splits[split].cache_files]
-        assert files and all(name in encoded_files for name in files)
+        files = {f["filename"] for f in second.splits[split].cache_files}
+        assert files and files <= encoded_files  # the ids are mapped from the cache
     assert sum("pairs loaded from cache" in line for line in logs) == 3
     assert any("tokenizer loaded from cache" in line for line in logs)
 
@@ -370,7 +370,8 @@ def test_prepare_data_num_proc_shards_are_reused(toy_cfg, tmp_path, monkeypatch)
     single = prepare_data(toy_cfg, tmp_path / "one", log=lambda _: None)
     toy_cfg.num_proc = 2
     sharded = prepare_data(toy_cfg, tmp_path / "two", log=lambda _: None)
-    assert len(list((tmp_path / "two" / "encoded").glob("*-train_0000[01]_of_00002.arrow"))) == 2
+    shards = (tmp_path / "two" / "encoded").glob("*-train/data_0000[01]_of_00002.arrow")
+    assert len(list(shards)) == 2
     for split in single.splits:
         assert list(sharded.splits[split]["src_ids"]) == list(single.splits[split]["src_ids"])
 
