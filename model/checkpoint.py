@@ -67,7 +67,7 @@ def _hash_into(digest, value) -> None:
 
 
 def content_sha256(state: dict) -> str:
-    """The sha256 of a checkpoint's content (every tensor's bytes and every value), checksum aside."""
+    """The sha256 of a checkpoint's content (every tensor's bytes, every value), checksum aside."""
     digest = hashlib.sha256()
     _hash_into(digest, {k: v for k, v in state.items() if k != CHECKSUM})
     return digest.hexdigest()
