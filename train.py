@@ -38,7 +38,7 @@ from data.corpus import (
     train_fingerprint,
 )
 from data.errors import report_user_errors
-from data.files import write_json, write_text
+from data.files import write_json
 from data.run_record import code_version, end_segment, read_segments, start_segment
 from data.tokenizer import BOS_ID, PAD_ID
 from evaluation.flops import machine_description
@@ -163,9 +163,10 @@ def write_hydra_record(cfg: DictConfig) -> None:
         return
     hydra_cfg = HydraConfig.instance().cfg  # {"hydra": ...}, as Hydra saves it
     folder = Path(HydraConfig.get().runtime.output_dir) / ".hydra"
-    write_text(folder / "config.yaml", OmegaConf.to_yaml(cfg))
-    write_text(folder / "hydra.yaml", OmegaConf.to_yaml(hydra_cfg))
-    write_text(folder / "overrides.yaml", OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task))
+    folder.mkdir(parents=True, exist_ok=True)
+    task_overrides = hydra_cfg.hydra.overrides.task
+    for name, node in [("config", cfg), ("hydra", hydra_cfg), ("overrides", task_overrides)]:
+        (folder / f"{name}.yaml").write_text(OmegaConf.to_yaml(node), encoding="utf-8")
 
 
 def open_records(cfg: DictConfig, resumed: dict | None, data: PreparedData, main_rank) -> None:
