@@ -27,6 +27,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from data.errors import UserError
+from data.run_record import SEGMENTS_FILE, read_segments
 
 LOCK_FILE = ".lock"
 # What an earlier run leaves in its directory besides checkpoints, and what start_over deletes.
@@ -229,9 +230,17 @@ class EarlierRecordsError(UserError):
 
 
 def earlier_records(run_dir: str | Path) -> list[str]:
-    """The records of an earlier run in run_dir (metrics.json, segments.json, eval/ files)."""
+    """The records of an earlier run in run_dir (metrics.json, segments.json, eval/ files).
+
+    segments.json counts unless every launch it lists started at step 0 and died before its
+    end (killed before any checkpoint: it trained nothing that is left, so training afresh
+    with the same command continues the record honestly).
+    """
     run_dir = Path(run_dir)
-    found = [name for name in ("metrics.json", "segments.json") if (run_dir / name).is_file()]
+    found = ["metrics.json"] if (run_dir / "metrics.json").is_file() else []
+    segments = read_segments(run_dir)
+    if any(s.get("start_step") != 0 or s.get("end_step") is not None for s in segments):
+        found.append(SEGMENTS_FILE)
     if any(p.is_file() for p in (run_dir / "eval").glob("*")):
         found.append("eval/")
     return found

@@ -20,6 +20,7 @@ import pytest
 import torch
 import yaml
 
+from data.run_record import start_segment
 from data.toy import main as write_toy_corpus
 from model.checkpoint import CheckpointError, load_checkpoint
 from model.resume import ResumeError
@@ -239,6 +240,14 @@ def test_records_without_checkpoints_are_refused_unless_the_run_starts_over(
     segments = json.loads((run_dir / "segments.json").read_text())["segments"]
     assert [(s["start_step"], s["end_step"]) for s in segments] == [(0, 4)]
     assert not (run_dir / "eval").exists()
+
+
+def test_a_launch_killed_before_its_first_checkpoint_is_trained_afresh(cache_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    start_segment(run_dir, 0, ["seed=1"], [])  # a launch killed before it saved anything
+    metrics = run(cache_dir, run_dir, 2)
+    segments = json.loads((run_dir / "segments.json").read_text())["segments"]
+    assert metrics["steps"] == 2 and [s["end_step"] for s in segments] == [None, 2]
 
 
 def test_start_over_with_checkpoints_resumes(six_steps, cache_dir, tmp_path, caplog):
