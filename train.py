@@ -188,10 +188,12 @@ def open_records(cfg: DictConfig, resumed: dict | None, data: PreparedData, main
     write_json(run_dir / "data.json", summary)
 
 
-def check_corpus(resumed: dict | None, corpus: dict) -> None:
-    """ResumeError if the checkpoint was trained on other training pairs (its fingerprint)."""
+def check_data(resumed: dict | None, data: PreparedData, corpus: dict) -> None:
+    """CheckpointError or ResumeError if the checkpoint was trained with another tokenizer or on
+    other training pairs (corpus: their fingerprint)."""
     if resumed is None:
         return
+    check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
     trained_on = resumed.get("corpus")
     if trained_on is None:  # a checkpoint written before checkpoints kept one
         log.warning(
@@ -240,11 +242,12 @@ def build_state(
     return TrainingState(model, optimizer, schedule, sampler, device, rank, world), plan
 
 
-def resume(state: TrainingState, resumed: dict | None, data: PreparedData, cfg, main_rank) -> None:
-    """Load the checkpoint open_run found into state (if any), after a killed save's leftovers."""
+def resume(state: TrainingState, resumed: dict | None, cfg, main_rank) -> None:
+    """Load the checkpoint open_run found into state (if any), after a killed save's leftovers.
+
+    check_data has checked the checkpoint against the data.
+    """
     ckpt_dir = Path(cfg.run_dir) / "checkpoints"
-    if resumed is not None:
-        check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
     if main_rank:  # a killed save's temporary files; metrics.json returns when this work completes
         remove_temporary_files(ckpt_dir)
         (Path(cfg.run_dir) / "metrics.json").unlink(missing_ok=True)
@@ -527,15 +530,15 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     data = load_data(cfg, rank, world, own)
     state, plan = build_state(cfg, data, device, rank, world)
     corpus = train_fingerprint(data.splits["train"])
-    check_corpus(resumed, corpus)
+    check_data(resumed, data, corpus)
     position = cfg.position._target_.rsplit(".", 1)[-1]
     choices = {"position": position_choice(cfg.position)}
     log.info(
         f"model: {count_parameters(state.model):,} parameters, position={choices['position']} "
         f"({position})"
     )
-    resume(state, resumed, data, cfg, main_rank)
     open_records(cfg, resumed, data, main_rank)  # every check passed: the run's records change
+    resume(state, resumed, cfg, main_rank)
     prior_seconds = resumed.get("wall_seconds", 0.0) if resumed else 0.0  # earlier segments'
     segment = (
         start_segment(

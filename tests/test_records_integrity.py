@@ -222,7 +222,7 @@ def test_of_two_launches_at_once_the_record_is_the_one_that_trained(cache_dir, t
 
 
 def test_records_without_checkpoints_are_refused_unless_the_run_starts_over(
-    six_steps, cache_dir, tmp_path
+    six_steps, cache_dir, tmp_path, caplog
 ):
     run_dir = copy_run(six_steps, tmp_path)
     shutil.rmtree(run_dir / "checkpoints")
@@ -235,7 +235,9 @@ def test_records_without_checkpoints_are_refused_unless_the_run_starts_over(
     assert str(run_dir) in message and "metrics.json" in message and "eval/" in message
     assert "trainer.start_over=true" in message and "\n" not in message
     assert snapshot(run_dir) == before
-    metrics = run(cache_dir, run_dir, 4, "seed=5", "trainer.start_over=true")
+    with caplog.at_level("INFO", logger="train"):
+        metrics = run(cache_dir, run_dir, 4, "seed=5", "trainer.start_over=true")
+    assert "deleted the earlier run's metrics.json, segments.json, eval/" in caplog.text
     assert metrics["seed"] == 5 and metrics["segments"] == 1
     segments = json.loads((run_dir / "segments.json").read_text())["segments"]
     assert [(s["start_step"], s["end_step"]) for s in segments] == [(0, 4)]
