@@ -31,7 +31,12 @@ from tqdm import tqdm
 
 from data.batching import TokenBatchSampler, UpdatePlan, collate, plan_update
 from data.bleu import sacrebleu_score
-from data.corpus import PreparedData, absolute_local_paths, prepare_data
+from data.corpus import (
+    PreparedData,
+    absolute_local_paths,
+    prepare_data,
+    train_fingerprint,
+)
 from data.errors import report_user_errors
 from data.files import write_json
 from data.run_record import code_version, end_segment, read_segments, start_segment
@@ -50,8 +55,16 @@ from model.checkpoint import (
 from model.device import resolve_device, use_bf16, use_cuda_device
 from model.optim import noam_adam
 from model.preemption import StopSignals, TrainingInterrupted
-from model.resume import check_resume, stop_reason
-from model.run_directory import RunDirectoryLock, folder_name
+from model.resume import ResumeError, changes_the_rounding, check_resume, stop_reason
+from model.run_directory import (
+    EarlierRecordsError,
+    RunDirectoryLock,
+    discard_records,
+    earlier_records,
+    folder_name,
+    log_file_paths,
+    start_log_files,
+)
 from model.training import DivergenceError, StepResult, TrainingState, train_step
 from model.training_settings import check_training_settings
 from model.transformer import build_model, count_parameters
@@ -136,11 +149,63 @@ def load_data(cfg: DictConfig, rank: int, tokenizer_path=None) -> PreparedData:
     )
     if rank == 0:  # the run's own copy: evaluation and resume need no cache (README)
         data.tokenizer = data.tokenizer.copy_to(Path(cfg.run_dir) / RUN_TOKENIZER)
-        sizes = {name: len(split) for name, split in data.splits.items()}
-        tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
-        summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
-        write_json(Path(cfg.run_dir) / "data.json", summary)
     return data
+
+
+def write_hydra_record(cfg: DictConfig) -> None:
+    """Hydra's .hydra/ (config.yaml, hydra.yaml, overrides.yaml) in its output directory.
+
+    Hydra's own writing is off (configs/train.yaml: hydra.output_subdir null): these files are
+    written here, once the launch passed its checks, so a refused launch leaves them as they were.
+    """
+    if not HydraConfig.initialized():  # train(cfg) called from Python: no Hydra output
+        return
+    hydra_cfg = HydraConfig.instance().cfg  # {"hydra": ...}, as Hydra saves it
+    folder = Path(HydraConfig.get().runtime.output_dir) / ".hydra"
+    folder.mkdir(parents=True, exist_ok=True)
+    task_overrides = hydra_cfg.hydra.overrides.task
+    for name, node in [("config", cfg), ("hydra", hydra_cfg), ("overrides", task_overrides)]:
+        (folder / f"{name}.yaml").write_text(OmegaConf.to_yaml(node), encoding="utf-8")
+
+
+def open_records(cfg: DictConfig, resumed: dict | None, data: PreparedData, main_rank) -> None:
+    """The launch is accepted: start train.log, write .hydra/ and data.json (rank 0).
+
+    With trainer.start_over=true, an earlier run's records (no checkpoint: open_run) go first.
+    """
+    run_dir = Path(cfg.run_dir)
+    if main_rank and resumed is None and (records := earlier_records(run_dir)):
+        discard_records(run_dir, log_file_paths())
+        log.warning(f"trainer.start_over=true: deleted the earlier run's {', '.join(records)}")
+    start_log_files()  # every rank: the lines that waited (other ranks': /dev/null)
+    if not main_rank:
+        return
+    write_hydra_record(cfg)
+    sizes = {name: len(split) for name, split in data.splits.items()}
+    tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
+    summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
+    write_json(run_dir / "data.json", summary)
+
+
+def check_data(resumed: dict | None, data: PreparedData, corpus: dict) -> None:
+    """CheckpointError or ResumeError if the checkpoint was trained with another tokenizer or on
+    other training pairs (corpus: their fingerprint)."""
+    if resumed is None:
+        return
+    check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
+    trained_on = resumed.get("corpus")
+    if trained_on is None:  # a checkpoint written before checkpoints kept one
+        log.warning(
+            f"checkpoint {resumed['file']} records no fingerprint of its training corpus: "
+            "the data this launch reads cannot be checked against it"
+        )
+    elif trained_on != corpus:
+        raise ResumeError(
+            f"checkpoint {resumed['file']} was trained on another training corpus "
+            f"({trained_on.get('pairs')} pairs, sha256 {str(trained_on.get('sha256'))[:12]} -> "
+            f"{corpus['pairs']} pairs, sha256 {corpus['sha256'][:12]}): resume with the data it "
+            "was trained on or set a new run_dir"
+        )
 
 
 def build_state(
@@ -173,11 +238,12 @@ def build_state(
     return TrainingState(model, optimizer, schedule, sampler, device, rank, world), plan
 
 
-def resume(state: TrainingState, resumed: dict | None, data: PreparedData, cfg, main_rank) -> None:
-    """Load the checkpoint open_run found into state (if any), after a killed save's leftovers."""
+def resume(state: TrainingState, resumed: dict | None, cfg, main_rank) -> None:
+    """Load the checkpoint open_run found into state (if any), after a killed save's leftovers.
+
+    check_data has checked the checkpoint against the data.
+    """
     ckpt_dir = Path(cfg.run_dir) / "checkpoints"
-    if resumed is not None:
-        check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
     if main_rank:  # a killed save's temporary files; metrics.json returns when this work completes
         remove_temporary_files(ckpt_dir)
         (Path(cfg.run_dir) / "metrics.json").unlink(missing_ok=True)
@@ -222,12 +288,15 @@ def log_progress(writer: SummaryWriter, step: int, values: dict[str, float], eta
 class Progress:
     """The progress bar, the smoothed training loss and, on the main rank, the periodic log."""
 
-    def __init__(self, trainer: DictConfig, step: int, writer: SummaryWriter | None, device):
+    def __init__(
+        self, trainer: DictConfig, step: int, writer: SummaryWriter | None, device, loss_avg=None
+    ):
+        """loss_avg: the smoothed loss the checkpoint resumed from kept (None: a new run)."""
         self.trainer, self.writer, self.device = trainer, writer, device
         show = writer is not None and sys.stderr.isatty()
         self.bar = tqdm(total=trainer.max_steps, initial=step, disable=not show)
         self.start = self.interval_start = time.monotonic()
-        self.interval_tokens, self.interval_steps, self.loss_avg = 0, 0, None
+        self.interval_tokens, self.interval_steps, self.loss_avg = 0, 0, loss_avg
 
     def minutes(self) -> float:
         """Minutes since this process started training."""
@@ -362,21 +431,43 @@ def stored_config(cfg: DictConfig) -> dict:
     return resolved
 
 
-def open_run(cfg: DictConfig, precision: str, world: int) -> tuple[dict | None, list[str]]:
+def check_new_run(run_dir: Path, start_over: bool) -> None:
+    """EarlierRecordsError if run_dir holds an earlier run's records and start_over is not set."""
+    records = earlier_records(run_dir)
+    if records and not start_over:
+        raise EarlierRecordsError(
+            f"run directory {run_dir} holds records of an earlier run ({', '.join(records)}) "
+            "but no checkpoint to resume: pass trainer.start_over=true to delete them and "
+            "train afresh there, or set a new run_dir"
+        )
+
+
+def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict | None, list]:
     """The checkpoint to resume (None: a new run) and the harmless settings this launch changes.
 
-    A change of any setting that alters the training is refused (model.resume.check_resume).
+    A change of any setting that alters the training is refused (model.resume.check_resume);
+    one that changes only the rounding (threads, device, compile) is allowed with a warning.
     """
     resumed = load_latest_checkpoint(Path(cfg.run_dir) / "checkpoints", warn=log.warning)
     if resumed is None:
+        check_new_run(Path(cfg.run_dir), bool(cfg.trainer.get("start_over")))
         return None, []
     stored = {**resumed, "config": dict(resumed.get("config") or {})}
     stored["config"]["data"] = absolute_local_paths(stored["config"].get("data") or {}, os.getcwd())
     allowed = check_resume(  # (older checkpoints stored corpus paths as given)
         stored, resumed["file"], stored_config(cfg), precision, world, cfg.trainer.max_steps
     )
+    threads = resumed.get("num_threads")  # torch's CPU threads in use (set by start_process)
+    if device.type == "cpu" and threads is not None and threads != torch.get_num_threads():
+        allowed.append(f"CPU threads in use: {threads} -> {torch.get_num_threads()}")
     for change in allowed:
-        log.info(f"resume: {change} (a setting that leaves the training as it was)")
+        if changes_the_rounding(change) or change.startswith("CPU threads"):
+            log.warning(
+                f"resume: {change}: allowed, but it changes the floating-point rounding: the "
+                "weights will not be bitwise those of an uninterrupted run"
+            )
+        else:
+            log.info(f"resume: {change} (a setting that leaves the training as it was)")
     return resumed, allowed
 
 
@@ -419,7 +510,7 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     trainer, optim, main_rank, run_dir = cfg.trainer, cfg.optim, rank == 0, Path(cfg.run_dir)
     bf16, ckpt_dir = use_bf16(trainer.precision, device), run_dir / "checkpoints"
     precision = "bf16" if bf16 else "fp32"
-    resumed, changes = open_run(cfg, precision, world)  # before any data: refusals come first
+    resumed, changes = open_run(cfg, precision, world, device)  # before any data: refusals first
     if resumed is not None and stop_reason(resumed, trainer):
         done = run_dir / "metrics.json"
         metrics = json.loads(done.read_text()) if done.is_file() else {}
@@ -434,13 +525,16 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
     data = load_data(cfg, rank, own)
     state, plan = build_state(cfg, data, device, rank, world)
+    corpus = train_fingerprint(data.splits["train"])
+    check_data(resumed, data, corpus)
     position = cfg.position._target_.rsplit(".", 1)[-1]
     choices = {"position": position_choice(cfg.position)}
     log.info(
         f"model: {count_parameters(state.model):,} parameters, position={choices['position']} "
         f"({position})"
     )
-    resume(state, resumed, data, cfg, main_rank)
+    open_records(cfg, resumed, data, main_rank)  # every check passed: the run's records change
+    resume(state, resumed, cfg, main_rank)
     prior_seconds = resumed.get("wall_seconds", 0.0) if resumed else 0.0  # earlier segments'
     segment = (
         start_segment(
@@ -464,7 +558,10 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         },
         "precision": precision,
         "world_size": world,
+        "num_threads": torch.get_num_threads(),
+        "corpus": corpus,  # the training pairs' fingerprint: a resume on other data is refused
         "wall_seconds": prior_seconds,  # training time of the whole run, at each save
+        "train_loss_avg": resumed.get("train_loss_avg") if resumed else None,
     }
     train_model = torch.compile(state.model) if trainer.compile else state.model
     if world > 1:
@@ -472,7 +569,8 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     writer = SummaryWriter(run_dir / "tensorboard") if main_rank else None
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     stream = batches(state.sampler, train_set, trainer.max_epochs, device)
-    progress, last_save = Progress(trainer, state.step, writer, device), time.monotonic()
+    progress = Progress(trainer, state.step, writer, device, run_info["train_loss_avg"])
+    last_save = time.monotonic()
     bad_steps, dev, dev_step = 0, (None, None), None  # dev: (perplexity, greedy BLEU)
     outcome = f"trainer.max_steps={trainer.max_steps} reached"
 
@@ -509,6 +607,7 @@ def train_holding_lock(cfg: DictConfig) -> dict:
             state.tokens_seen += result.tokens
             progress.update(state.step, result, state.schedule.get_last_lr()[0])
             run_info["wall_seconds"] = run_seconds()
+            run_info["train_loss_avg"] = progress.loss_avg  # resumed with the weights
             if main_rank and state.step % trainer.eval_every == 0:
                 dev, dev_step = check_dev(state, data, cfg, bf16, writer, run_info), state.step
             due = checkpoint_due(trainer, state.step, last_save, world, device)

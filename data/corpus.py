@@ -423,6 +423,22 @@ def sequence_lengths(dataset: datasets.Dataset, column: str) -> np.ndarray:
     return lengths
 
 
+def train_fingerprint(dataset: datasets.Dataset, batch_size: int = 100_000) -> dict:
+    """{"pairs": N, "sha256": ...} of the subword ids a run trains on, in order (both sides).
+
+    Cheap (one pass over the encoded ids) and independent of paths, file times and the cache:
+    a checkpoint keeps it, so a resume on other training data is refused.
+    """
+    digest = hashlib.sha256()
+    table = dataset.select_columns(["src_ids", "tgt_ids"]).with_format("arrow")
+    for batch in table.iter(batch_size=batch_size):
+        for column in ("src_ids", "tgt_ids"):
+            ids = batch[column]  # [pairs] lists of subword ids
+            digest.update(np.ascontiguousarray(pc.list_value_length(ids).to_numpy()).data)
+            digest.update(np.ascontiguousarray(pc.list_flatten(ids).to_numpy()).data)
+    return {"pairs": len(dataset), "sha256": digest.hexdigest()}
+
+
 @dataclass
 class PreparedData:
     """The tokenizer and the encoded splits the trainer consumes."""

@@ -2,10 +2,14 @@
 
 A checkpoint is a dict of tensors and plain Python values (model and optimizer state, step,
 RNG states, sampler state, the resolved config as a dict, the tokenizer's path and sha256), so
-it loads with ``torch.load(weights_only=True)``: nothing in a checkpoint can run code.
+it loads with ``torch.load(weights_only=True)``: nothing in a checkpoint can run code. Each
+file carries the sha256 of its content (``content_sha256``), verified on load: a damaged (bit-
+flipped) file is refused like a truncated one. Checkpoints written before the checksum load as
+they are.
 """
 
 import errno
+import hashlib
 import os
 import re
 import tempfile
@@ -20,6 +24,8 @@ STEP_FILE = re.compile(r"step_(\d+)\.pt$")
 # Where a run keeps its own copy of the tokenizer, relative to the run directory.
 RUN_TOKENIZER = "tokenizer/spm.model"
 TEMP_SUFFIX = ".tmp"
+# The key under which a checkpoint keeps the sha256 of the rest of its content.
+CHECKSUM = "checksum"
 
 
 class CheckpointError(UserError):
@@ -41,8 +47,34 @@ def _os_error(error: BaseException) -> OSError | None:
     return None
 
 
+def _hash_into(digest, value) -> None:
+    """Feed value (nested dicts, lists, tensors and plain values) into digest, in stored order."""
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"tensor {flat.dtype} {tuple(value.shape)}:".encode())
+        digest.update(memoryview(flat.view(torch.uint8).numpy()))
+    elif isinstance(value, dict):
+        digest.update(f"dict {len(value)}:".encode())
+        for key, item in value.items():
+            _hash_into(digest, key)
+            _hash_into(digest, item)
+    elif isinstance(value, list | tuple):
+        digest.update(f"{type(value).__name__} {len(value)}:".encode())
+        for item in value:
+            _hash_into(digest, item)
+    else:
+        digest.update(f"{type(value).__name__} {value!r};".encode())
+
+
+def content_sha256(state: dict) -> str:
+    """The sha256 of a checkpoint's content (every tensor's bytes, every value), checksum aside."""
+    digest = hashlib.sha256()
+    _hash_into(digest, {k: v for k, v in state.items() if k != CHECKSUM})
+    return digest.hexdigest()
+
+
 def save_checkpoint(state: dict, path: str | Path) -> None:
-    """Write state to path atomically: a temporary file, fsync, then rename over path.
+    """Write state and its content_sha256 to path atomically: a temporary file, fsync, rename.
 
     A failed write (disk full, ...) removes the temporary file, leaves any previous file at path
     untouched and raises one CheckpointWriteError (an OSError) saying what to do.
@@ -52,7 +84,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
+            torch.save(state | {CHECKSUM: content_sha256(state)}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -79,18 +111,27 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint on the CPU without unpickling arbitrary objects (file: where from)."""
+    """Load a checkpoint on the CPU without unpickling arbitrary objects (file: where from).
+
+    A checkpoint whose content does not match its stored sha256 (a damaged file) is refused.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist: train first or pick another")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-        if isinstance(state, dict):
-            state["file"] = str(path.resolve())
-        return state
     except Exception as e:  # truncated file, foreign pickle, ...
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is unreadable or unsafe: {first_line}") from e
+    if isinstance(state, dict):
+        stored = state.pop(CHECKSUM, None)  # None: written before checkpoints had one
+        if stored is not None and stored != content_sha256(state):
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: its content does not match the sha256 it was "
+                "saved with (a damaged file); use another checkpoint"
+            )
+        state["file"] = str(path.resolve())
+    return state
 
 
 def step_checkpoints(directory: str | Path) -> list[Path]:

@@ -6,6 +6,10 @@ effective batch, precision) must equal the checkpoint's; a difference is refused
 (old -> new). Everything else (the keys below) may change and is recorded with the segment.
 Keys a checkpoint does not know yet (added to the configs since) count as differences unless
 listed here: a resume is refused rather than silently continued with new behaviour.
+
+Of the keys that may change, CHANGE_THE_ROUNDING (threads, device, compilation) keep the
+trajectory but not its floating-point rounding: a resume that changes one is allowed with a
+warning, and the weights are then no longer bitwise those of an uninterrupted run.
 """
 
 from collections.abc import Mapping
@@ -34,7 +38,17 @@ KEEP_THE_MATH = (
     "trainer.save_every_minutes",
     "trainer.keep_last",
     "trainer.evaluate_at_end",
+    "trainer.start_over",
 )
+# Allowed changes that alter the order of floating-point sums (CPU threads split reductions
+# differently; another device or a compiled graph rounds differently): bitwise resume holds only
+# where these are as they were.
+CHANGE_THE_ROUNDING = ("trainer.device", "trainer.compile", "trainer.num_threads")
+
+
+def changes_the_rounding(change: str) -> bool:
+    """Whether an allowed change ('key: old -> new') is one of CHANGE_THE_ROUNDING's."""
+    return change.split(":", 1)[0] in CHANGE_THE_ROUNDING
 
 
 def flatten(node: Mapping, prefix: str = "") -> dict[str, object]:

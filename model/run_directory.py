@@ -8,12 +8,17 @@
   system's 255-byte limit.
 - RunDirectoryCheck: a Hydra callback that reports a run or sweep directory that cannot be
   created as one `error:` line before Hydra tries (Hydra's own failure is a traceback).
+- DeferredFileHandler: the run's log file (train.log), held in memory until the launch passes
+  its checks (start_log_files), so a refused launch leaves the file as it was.
+- earlier_records / discard_records: a run directory's records of an earlier run that has no
+  checkpoint left (refused unless trainer.start_over=true, which deletes them).
 """
 
 import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -22,8 +27,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from data.errors import UserError
+from data.run_record import SEGMENTS_FILE, read_segments
 
 LOCK_FILE = ".lock"
+# What an earlier run leaves in its directory besides checkpoints, and what start_over deletes.
+RECORD_FILES = ("metrics.json", "segments.json", "data.json")
+RECORD_FOLDERS = ("eval", "tensorboard", ".hydra")
 
 log = logging.getLogger(__name__)
 
@@ -174,3 +183,76 @@ class RunDirectoryCheck:
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
         pass
+
+
+class DeferredFileHandler(logging.FileHandler):
+    """A log file that is written only once the launch is accepted (start_log_files).
+
+    Hydra's job logging installs it (configs/train.yaml) in place of a plain FileHandler; until
+    started, records wait in memory, so a refused launch never touches its run's train.log.
+    """
+
+    def __init__(self, filename, mode: str = "a", encoding: str | None = None):
+        super().__init__(filename, mode, encoding, delay=True)
+        self.waiting: list[logging.LogRecord] | None = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.waiting is None:
+            super().emit(record)
+        else:
+            self.waiting.append(record)
+
+    def start(self) -> None:
+        """Open the file and write what waited, then write records as they come."""
+        waiting, self.waiting = self.waiting or [], None
+        for record in waiting:
+            super().emit(record)
+
+
+def start_log_files() -> list[Path]:
+    """Start every DeferredFileHandler of the root logger; return their files."""
+    started = []
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, DeferredFileHandler):
+            handler.start()
+            started.append(Path(handler.baseFilename))
+    return started
+
+
+def log_file_paths() -> list[Path]:
+    """The files of the root logger's DeferredFileHandlers (the run's train.log)."""
+    handlers = logging.getLogger().handlers
+    return [Path(h.baseFilename) for h in handlers if isinstance(h, DeferredFileHandler)]
+
+
+class EarlierRecordsError(UserError):
+    """A run directory holds an earlier run's records but no checkpoint to resume."""
+
+
+def earlier_records(run_dir: str | Path) -> list[str]:
+    """The records of an earlier run in run_dir (metrics.json, segments.json, eval/ files).
+
+    segments.json counts unless every launch it lists started at step 0 and died before its
+    end (killed before any checkpoint: it trained nothing that is left, so training afresh
+    with the same command continues the record honestly).
+    """
+    run_dir = Path(run_dir)
+    found = ["metrics.json"] if (run_dir / "metrics.json").is_file() else []
+    segments = read_segments(run_dir)
+    if any(s.get("start_step") != 0 or s.get("end_step") is not None for s in segments):
+        found.append(SEGMENTS_FILE)
+    if any(p.is_file() for p in (run_dir / "eval").glob("*")):
+        found.append("eval/")
+    return found
+
+
+def discard_records(run_dir: str | Path, log_files: list[Path]) -> None:
+    """Delete an earlier run's records (RECORD_FILES, RECORD_FOLDERS and log_files) in run_dir."""
+    run_dir = Path(run_dir)
+    for name in RECORD_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    for name in RECORD_FOLDERS:
+        shutil.rmtree(run_dir / name, ignore_errors=True)
+    for path in log_files:
+        if path.parent.resolve() == run_dir.resolve():
+            path.unlink(missing_ok=True)

@@ -280,6 +280,7 @@ def test_averaged_checkpoint_on_disk(trained_run, tmp_path):
 def test_checkpoint_from_another_tokenizer_is_refused(trained_run, tmp_path):
     state = torch.load(trained_run / "checkpoints" / "last.pt", weights_only=True)
     state["tokenizer"]["sha256"] = "0" * 64
+    state.pop("checksum")  # a consistent foreign checkpoint (an edited one would be corrupt)
     torch.save(state, tmp_path / "foreign.pt")
     before = eval_files(trained_run)
     with pytest.raises(CheckpointError, match=r"differs from .*\(sha256 \w{12} != 000000000000\)"):
