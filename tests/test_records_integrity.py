@@ -277,8 +277,8 @@ def test_a_thread_count_change_on_resume_is_warned_as_changing_the_bits(
     assert "trainer.num_threads: 1 -> 2" in last["changed_settings"]
 
 
-def test_the_readme_does_not_count_threads_among_settings_that_leave_the_math_alone():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_do_not_count_threads_among_settings_that_leave_the_math_alone():
+    readme = (ROOT / "docs" / "runs.md").read_text(encoding="utf-8")
     start = readme.index("Settings that leave the math alone")
     sentence = readme[start : readme.index(")", start)]
     assert "thread" not in sentence and "device" not in sentence, sentence
