@@ -57,6 +57,9 @@ from model.transformer import build_model, count_parameters
 
 log = logging.getLogger("train")
 
+# What score_completed_run writes (evaluate.yaml's defaults: validation, last.pt, beam 4).
+END_EVALUATION = "validation-last-beam4"
+
 
 def launch_overrides() -> list[str] | None:
     """This launch's command-line overrides (None without Hydra's runtime: train() in-process)."""
@@ -383,6 +386,15 @@ def open_run(cfg: DictConfig, precision: str, world: int) -> tuple[dict | None, 
     return resumed, allowed
 
 
+def end_evaluation_made(run_dir: Path, metrics: dict) -> bool:
+    """Whether score_completed_run's evaluation of the run's last step is on disk."""
+    path = run_dir / "eval" / f"{END_EVALUATION}.json"
+    try:
+        return json.loads(path.read_text()).get("step") == metrics.get("steps")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def score_completed_run(cfg: DictConfig, precision: str) -> dict:
     """Table 3's evaluation of a finished run: validation, beam 4, last.pt (evaluate_at_end).
 
@@ -427,6 +439,10 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         done = run_dir / "metrics.json"
         metrics = json.loads(done.read_text()) if done.is_file() else {}
         if metrics.get("complete") and metrics.get("steps") == resumed["step"]:
+            if main_rank and trainer.evaluate_at_end and not end_evaluation_made(run_dir, metrics):
+                log.info(f"{run_dir} is complete but lacks its end-of-run evaluation: making it")
+                score_completed_run(cfg, precision)
+                return metrics
             log.info(
                 f"{run_dir} is complete ({stop_reason(resumed, trainer)} at step "
                 f"{resumed['step']}): nothing to do, nothing changed"

@@ -47,12 +47,12 @@ from data.tokenizer import (
     BOS_ID,
     CHARACTER_COVERAGE,
     EOS_ID,
-    MODEL_FILE,
     MODEL_TYPE,
     NORMALIZATION,
     PAD_ID,
     UNK_ID,
     Tokenizer,
+    cached_tokenizer,
     train_tokenizer,
 )
 
@@ -484,8 +484,8 @@ def _load_or_train_tokenizer(
         }
     )
     out_dir = cache_dir / "tokenizers" / key
-    if (out_dir / MODEL_FILE).is_file():
-        tokenizer = Tokenizer(out_dir / MODEL_FILE)
+    tokenizer = cached_tokenizer(out_dir, log)  # verified against the sha256 it was saved with
+    if tokenizer is not None:
         log(f"data: tokenizer loaded from cache {tokenizer.path} (vocab {tokenizer.vocab_size})")
         return tokenizer
     log(f"data: training tokenizer (BPE, vocab {vocab_size}, sample <= {sample_size} sentences)")
