@@ -12,6 +12,10 @@ import logging
 import sys
 from pathlib import Path
 
+from data.errors import quiet_start, started
+
+quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 130
+
 import hydra
 import sacrebleu
 import torch
@@ -188,9 +192,13 @@ def evaluate(cfg: DictConfig) -> dict:
         name = cfg.name or f"{split}-{tag}-beam{cfg.beam}"
     if cfg.engine == "ctranslate2" and not cfg.name:
         name += "-ctranslate2"  # beside our engine's file of the same evaluation
+    if not srcs:
+        raise UserError(f"{where} has no lines: nothing to evaluate; pick another split or file")
+    ref_where = str(cfg.ref_file) if cfg.ref_file else None
     kept, skipped = fitting_lines(
-        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where, cfg.max_input_len
-    )
+        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where, cfg.max_input_len,
+        ref_where,
+    )  # fmt: skip
     if not kept:
         raise PositionRangeError(
             f"no line of {where} fits the model's position table: nothing to evaluate"
@@ -274,6 +282,7 @@ def translate_stdin(cfg: DictConfig) -> None:
 @report_user_errors
 def main(cfg: DictConfig) -> None:
     """Command-line entry: score (or translate stdin) and print; a user error is one line."""
+    started()
     if cfg.translate:
         translate_stdin(cfg)
         return

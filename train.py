@@ -19,6 +19,10 @@ from functools import partial
 from itertools import islice
 from pathlib import Path
 
+from data.errors import quiet_start, started
+
+quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 130
+
 import hydra
 import torch
 import torch.distributed as dist
@@ -618,6 +622,7 @@ def validate(model, dev_set, data, cfg, bf16, writer, step) -> tuple[float, floa
 @report_user_errors
 def main(cfg: DictConfig) -> None:
     """Command-line entry: train; a user error is one `error:` line (exit 1), a signal 128+N."""
+    started()
     if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "RANK" not in os.environ:
         from submitit.helpers import TorchDistributedEnvironment
 

@@ -575,8 +575,9 @@ def prepare_data(
                 f"the corpus has no '{split}' split (found {', '.join(corpus) or 'none'}); "
                 "add one to data.corpus"
             )
-    if len(corpus["train"]) == 0:
-        raise DataError("the 'train' split is empty; check data.corpus")
+    for split in ("train", *required_splits):
+        if len(corpus[split]) == 0:
+            raise DataError(f"the '{split}' split is empty; check data.corpus (its files)")
     identity = data_identity(cfg)
     if tokenizer_path is not None:
         tokenizer = Tokenizer(tokenizer_path)
