@@ -6,6 +6,10 @@ average_checkpoints.py and benchmark.py. Tiny real runs from tests/test_reliabil
 import hashlib
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -15,7 +19,7 @@ from data.tokenizer import MODEL_FILE
 from evaluate import evaluate, translate_stdin
 from evaluation.ctranslate2_engine import COMPUTE_TYPES
 from tests import test_reliability as reliability
-from tests.conftest import compose_config, script_main
+from tests.conftest import ROOT, compose_config, script_main
 from tests.test_reliability import run_cli, text_overrides
 from train import train
 
@@ -283,3 +287,30 @@ def test_a_missing_end_of_run_evaluation_is_made_on_the_rerun(bad, tmp_path):
     train(cfg)
     again = json.loads(path.read_text())
     assert again["step"] == made["step"] == 1 and again["bleu"] == made["bleu"]
+
+
+# --- Ctrl-C while an entry point starts --------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", ["train.py", "evaluate.py"])
+@pytest.mark.parametrize("delay", [0.3, 1.0])
+def test_ctrl_c_while_starting_is_one_line_and_status_130(script, delay, bad, tmp_path):
+    """SIGINT while the imports load (or Hydra composes): no traceback, whatever the moment."""
+    if script == "train.py":
+        overrides = [*text_overrides(bad), f"hydra.run.dir={tmp_path / 'run'}"]
+    else:
+        overrides = [f"run_dir={bad / 'run'}", "name=interrupted"]
+    process = subprocess.Popen(
+        [sys.executable, script, *overrides],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(delay)  # the moment varies; the outcome may not
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert process.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert "interrupted" in lines[-1], err[-3000:]
+    assert not (bad / "run" / "eval" / "interrupted.json").exists()
