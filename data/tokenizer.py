@@ -37,6 +37,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from data.errors import DataError, first_line
+from data.files import new_file_mode
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -106,6 +107,7 @@ class Tokenizer:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
+                os.fchmod(fd, new_file_mode())  # as any new file (mkstemp's is 0600)
                 with os.fdopen(fd, "wb") as f:
                     f.write(self.path.read_bytes())
                 os.replace(tmp, path)

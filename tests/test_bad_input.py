@@ -5,8 +5,10 @@ average_checkpoints.py and benchmark.py. Tiny real runs from tests/test_reliabil
 
 import hashlib
 import json
+import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -314,3 +316,21 @@ def test_ctrl_c_while_starting_is_one_line_and_status_130(script, delay, bad, tm
     assert process.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert "interrupted" in lines[-1], err[-3000:]
     assert not (bad / "run" / "eval" / "interrupted.json").exists()
+
+
+# --- records: the mode any new file gets -------------------------------------------------------
+
+
+def test_records_get_the_mode_of_any_new_file(bad, tmp_path):
+    """Not mkstemp's 0600: a run's metrics, evaluations and tokenizer copy are readable by all."""
+    previous = os.umask(0o022)
+    try:
+        run = tmp_path / "run"
+        train(compose_config([*text_overrides(bad), f"run_dir={run}", "trainer.max_steps=1"]))
+        evaluate(compose_config([f"run_dir={run}", "split=test"], "evaluate"))
+        for path in (run / "metrics.json", run / "data.json", run / "tokenizer" / "spm.model"):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+        for path in (run / "eval").iterdir():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    finally:
+        os.umask(previous)
