@@ -11,6 +11,7 @@ import logging
 import os
 import resource
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from tqdm import tqdm
 from data.batching import TokenBatchSampler, UpdatePlan, collate, plan_update
 from data.bleu import sacrebleu_score
 from data.corpus import PreparedData, absolute_local_paths, prepare_data, sequence_lengths
-from data.errors import report_user_errors
+from data.errors import UserError, report_user_errors
 from data.files import write_json
 from data.run_record import code_version, end_segment, read_segments, start_segment
 from data.tokenizer import BOS_ID, PAD_ID
@@ -148,6 +149,20 @@ def load_data(cfg: DictConfig, rank: int, world: int, tokenizer_path=None) -> Pr
         summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
         write_json(Path(cfg.run_dir) / "data.json", summary)
     return data
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """About what one checkpoint takes: the weights and Adam's two moments, plus 1 MiB."""
+    return 3 * sum(p.numel() * p.element_size() for p in model.parameters()) + 2**20
+
+
+def check_space(run_dir: Path, needed: int, free: int) -> None:
+    """UserError unless free bytes on run_dir's disk hold a checkpoint of needed bytes."""
+    if free < needed:
+        raise UserError(
+            f"the disk of {run_dir} has {free / 2**20:,.1f} MiB free but a checkpoint takes "
+            f"about {needed / 2**20:,.1f} MiB: free space there or set run_dir to another disk"
+        )
 
 
 def build_state(
@@ -457,6 +472,8 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
     data = load_data(cfg, rank, world, own)
     state, plan = build_state(cfg, data, device, rank, world)
+    if main_rank:  # a full disk is refused now, not at the first save (maybe the last step)
+        check_space(run_dir, checkpoint_bytes(state.model), shutil.disk_usage(run_dir).free)
     position = cfg.position._target_.rsplit(".", 1)[-1]
     choices = {"position": position_choice(cfg.position)}
     log.info(

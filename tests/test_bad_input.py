@@ -21,9 +21,9 @@ from data.tokenizer import MODEL_FILE
 from evaluate import evaluate, translate_stdin
 from evaluation.ctranslate2_engine import COMPUTE_TYPES
 from tests import test_reliability as reliability
-from tests.conftest import ROOT, compose_config, script_main
+from tests.conftest import ROOT, compose_config, script_main, tiny_model
 from tests.test_reliability import run_cli, text_overrides
-from train import train
+from train import check_space, checkpoint_bytes, train
 
 bad = reliability.bad  # the fixture: corpora (good and broken) and a 2-step run, one folder
 
@@ -334,3 +334,17 @@ def test_records_get_the_mode_of_any_new_file(bad, tmp_path):
             assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
     finally:
         os.umask(previous)
+
+
+# --- a full disk is refused before training, not at the first save ----------------------------
+
+
+def test_a_disk_without_room_for_a_checkpoint_is_refused_up_front(bad, tmp_path):
+    model = tiny_model(ROOT / "configs" / "position" / "sinusoidal.yaml")
+    needed = checkpoint_bytes(model)
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    assert 3 * weights < needed <= 3 * weights + 2**20  # weights and Adam's two moments
+    check_space(tmp_path, needed, needed)  # room for one: accepted
+    with pytest.raises(UserError, match="MiB free but a checkpoint takes") as raised:
+        check_space(tmp_path, needed, needed - 1)
+    assert str(tmp_path) in str(raised.value) and "run_dir" in str(raised.value)
