@@ -25,6 +25,7 @@ adds the split name and the tokenizer's sha256.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -531,18 +532,22 @@ def _encode_split(
     out_dir = cache_dir / "encoded"
     out_dir.mkdir(parents=True, exist_ok=True)
     cache_file = out_dir / f"{key}-{split}.arrow"
-    cached = cache_file.exists() or any(out_dir.glob(f"{key}-{split}_*_of_*.arrow"))
     start = time.perf_counter()
-    encoded = ds.map(
-        _Encoder(tokenizer),
-        batched=True,
-        num_proc=num_proc if num_proc > 1 and len(ds) > 1 else None,
-        cache_file_name=str(cache_file),
-        load_from_cache_file=True,
-        new_fingerprint=key[:40],
-        features=ENCODED_FEATURES,
-        desc=f"encode {split}",
-    )
+    with open(out_dir / ".lock", "a") as lock:  # one process encodes into the folder at a time
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for stale in out_dir.glob("tmp*"):  # datasets' temporary files of a killed encoding
+            stale.unlink(missing_ok=True)
+        cached = cache_file.exists() or any(out_dir.glob(f"{key}-{split}_*_of_*.arrow"))
+        encoded = ds.map(
+            _Encoder(tokenizer),
+            batched=True,
+            num_proc=num_proc if num_proc > 1 and len(ds) > 1 else None,
+            cache_file_name=str(cache_file),
+            load_from_cache_file=True,
+            new_fingerprint=key[:40],
+            features=ENCODED_FEATURES,
+            desc=f"encode {split}",
+        )
     what = "loaded from cache" if cached else "encoded"
     log(
         f"data: split '{split}': {len(encoded)} pairs {what} in "

@@ -348,3 +348,17 @@ def test_a_disk_without_room_for_a_checkpoint_is_refused_up_front(bad, tmp_path)
     with pytest.raises(UserError, match="MiB free but a checkpoint takes") as raised:
         check_space(tmp_path, needed, needed - 1)
     assert str(tmp_path) in str(raised.value) and "run_dir" in str(raised.value)
+
+
+# --- a killed encoding leaves nothing behind for ever ------------------------------------------
+
+
+def test_temporary_files_of_a_killed_encoding_are_removed(bad, tmp_path):
+    data = compose_config(text_overrides(bad)).data
+    prepare_data(data, tmp_path, lambda line: None)
+    encoded = tmp_path / "encoded"
+    kept = sorted(p.name for p in encoded.iterdir())
+    (encoded / "tmpk1ll3d").write_bytes(b"half an Arrow file")  # what datasets leaves on SIGKILL
+    again = prepare_data(data, tmp_path, lambda line: None)
+    assert sorted(p.name for p in encoded.iterdir()) == kept
+    assert len(again.splits["validation"]) == 20
