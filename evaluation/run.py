@@ -14,8 +14,10 @@ from omegaconf import OmegaConf
 from data.tokenizer import PAD_ID, Tokenizer
 from model.checkpoint import (
     RUN_TOKENIZER,
+    STEP_FILE,
     CheckpointError,
     average_checkpoints,
+    check_same_run,
     load_checkpoint,
     step_checkpoints,
 )
@@ -25,8 +27,9 @@ from model.transformer import build_model
 def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
     """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names.
 
-    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints; one
-    outside them (another run's) is tagged <stem>-<its sha256's first 8 hex digits>. The state
+    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints; one of
+    another run (_identified), or named as training names files but outside the run's
+    checkpoints/, is tagged <stem>-<its sha256's first 8 hex digits>. The state
     records own_checkpoint and file_sha256 (None for an average) for checkpoint_record.
     """
     run_dir = Path(run_dir)
@@ -59,19 +62,31 @@ def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
     if not path.exists() and (ckpt_dir / checkpoint).is_file():
         path = ckpt_dir / checkpoint
     state = _identified(_checked(load_checkpoint(path), path), path, ckpt_dir)
-    if state["own_checkpoint"]:
+    inside = path.resolve().parent == ckpt_dir.resolve()
+    training_name = path.name in ("last.pt", "best.pt") or STEP_FILE.search(path.name)
+    if inside or (state["own_checkpoint"] and not training_name):
         return state, path.stem
-    # another run's file never takes the name of this run's own evaluation (last, best, ...)
+    # another folder's file never takes the name of this run's own evaluation (last, best, ...)
     return state, f"{path.stem}-{state['file_sha256'][:8]}"
 
 
 def _identified(state: dict, path: Path, ckpt_dir: Path) -> dict:
-    """state with its file's sha256 and whether the file is one of the run's own checkpoints."""
+    """state with its file's sha256 and whether it holds the run's own weights (own_checkpoint).
+
+    Own: a file in the run's checkpoints/, or one elsewhere (an average written out) trained
+    with the tokenizer and every trajectory setting of the run's last.pt.
+    """
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     own = path.resolve().parent == ckpt_dir.resolve()
+    if not own and (ckpt_dir / "last.pt").is_file():
+        try:
+            check_same_run(load_checkpoint(ckpt_dir / "last.pt"), ckpt_dir, state, path)
+            own = True
+        except CheckpointError:
+            own = False
     return {**state, "own_checkpoint": own, "file_sha256": digest.hexdigest()}
 
 

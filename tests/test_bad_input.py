@@ -20,6 +20,7 @@ from data.errors import UserError
 from data.tokenizer import MODEL_FILE
 from evaluate import evaluate, translate_stdin
 from evaluation.ctranslate2_engine import COMPUTE_TYPES
+from evaluation.run import load_run
 from tests import test_reliability as reliability
 from tests.conftest import ROOT, compose_config, script_main, tiny_model
 from tests.test_reliability import run_cli, text_overrides
@@ -78,6 +79,17 @@ def test_another_runs_checkpoint_is_scored_under_its_own_name(bad, learned_run, 
     assert (run / "eval" / "validation-last-beam4.json").read_bytes() == before
     assert scores["own_checkpoint"] is False and scores["checkpoint_sha256"] == sha256(foreign)
     assert scores["position"] == "learned" and scores["checkpoint_file"] == str(foreign)
+
+
+def test_a_copy_of_the_runs_own_weights_elsewhere_is_still_its_own(bad, tmp_path):
+    run = bad / "run"
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("mine.pt", "elsewhere/last.pt"):
+        shutil.copyfile(run / "checkpoints" / "last.pt", tmp_path / name)
+    state, tag = load_run(run, str(tmp_path / "mine.pt"))  # e.g. an average written out
+    assert state["own_checkpoint"] is True and tag == "mine"
+    state, tag = load_run(run, str(tmp_path / "elsewhere" / "last.pt"))  # never "last"
+    assert state["own_checkpoint"] is True and tag == f"last-{state['file_sha256'][:8]}"
 
 
 @pytest.mark.parametrize("score", [False, True])
