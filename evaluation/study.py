@@ -639,7 +639,7 @@ def run_study(
     say(
         f"study: {len(scored)} of {len(planned)} runs scored: "
         f"{len(scored) - len(set(skipped) & set(done))} trained here, "
-        f"{len(set(skipped) & set(done))} finished before (not trained again), "
+        f"{len(set(skipped) & set(done))} finished before (skipped), "
         f"{len(failures)} failed"
     )
     if failures:

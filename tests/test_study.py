@@ -183,7 +183,7 @@ def test_second_call_skips_finished_runs_and_scores(study):
     assert any("not trained again" in line for line in lines)
     assert any("not scored again" in line for line in lines)
     assert lines[-1] == (
-        "study: 1 of 1 runs scored: 0 trained here, 1 finished before (not trained again), 0 failed"
+        "study: 1 of 1 runs scored: 0 trained here, 1 finished before (skipped), 0 failed"
     )
     assert before == {p: p.stat().st_mtime_ns for p in before if p.exists()}
 
