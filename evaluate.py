@@ -12,6 +12,10 @@ import logging
 import sys
 from pathlib import Path
 
+from data.errors import quiet_start, started
+
+quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 130
+
 import hydra
 import sacrebleu
 import torch
@@ -81,35 +85,63 @@ def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
 # GNMT length penalties are tuned in [0, 1] (Wu et al. 2016); far above, lp overflows no float
 # but every hypothesis scores about 0: nonsense, refused.
 MAX_LENPEN = 10.0
+# Beam search keeps beam hypotheses per sentence and ranks beam x vocabulary scores each step:
+# a beam wider than the vocabulary (checked once the model is loaded) or this cap is refused.
+MAX_BEAM = 1000
+
+
+def whole_number(cfg: DictConfig, key: str, low: int, hint: str) -> int:
+    """cfg[key] as an int of at least low, else a UserError naming key=value and hint."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UserError(f"{key}={value}: pass a whole number {hint}")
+    return value
+
+
+def check_sources(cfg: DictConfig) -> None:
+    """Raise UserError for sources given twice: a split and files, or files and translate."""
+    if cfg.translate and (cfg.src_file or cfg.ref_file):
+        raise UserError(
+            "translate=true reads the sentences on stdin but src_file/ref_file is set too: pass "
+            "the file on stdin, or leave translate out to translate src_file"
+        )
+    if cfg.split is not None and (cfg.src_file or cfg.ref_file):
+        raise UserError(
+            f"split={cfg.split} and src_file/ref_file name two inputs: pass one of them"
+        )
 
 
 def check_options(cfg: DictConfig) -> None:
     """Raise UserError naming the first evaluation option out of range."""
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise UserError("run_dir is not set: pass run_dir=<a training run directory>")
-    if int(cfg.beam) < 1:
-        raise UserError(f"beam={cfg.beam}: pass beam=1 (greedy) or more")
-    lenpen = float(cfg.lenpen)
-    if not 0 <= lenpen <= MAX_LENPEN:  # also nan
+    check_sources(cfg)
+    whole_number(cfg, "beam", 1, f"from 1 (greedy) to {MAX_BEAM} (the paper: 4)")
+    if cfg.beam > MAX_BEAM:
+        raise UserError(f"beam={cfg.beam}: pass 1 (greedy) to {MAX_BEAM} (the paper: 4)")
+    lenpen = cfg.lenpen
+    if (
+        isinstance(lenpen, bool)
+        or not isinstance(lenpen, int | float)
+        or not 0 <= lenpen <= MAX_LENPEN
+    ):
         raise UserError(
             f"lenpen={cfg.lenpen}: pass a number from 0 to {MAX_LENPEN:g} (the paper: 0.6)"
         )
-    if int(cfg.max_input_len) < 1:
+    max_input_len = whole_number(cfg, "max_input_len", 1, ">= 1 (subwords, default 1024)")
+    whole_number(cfg, "max_len_b", 1, f"from 1 to max_input_len={max_input_len} (the paper: 50)")
+    if cfg.max_len_b > max_input_len:
         raise UserError(
-            f"max_input_len={cfg.max_input_len}: pass 1 or more subwords (default 1024)"
-        )
-    if not 1 <= int(cfg.max_len_b) <= int(cfg.max_input_len):
-        raise UserError(
-            f"max_len_b={cfg.max_len_b}: pass 1 to max_input_len={cfg.max_input_len} (the paper: "
+            f"max_len_b={cfg.max_len_b}: pass 1 to max_input_len={max_input_len} (the paper: "
             "50; raise max_input_len to allow more)"
         )
-    if not 0 <= int(cfg.min_len) <= int(cfg.max_len_b):
+    whole_number(cfg, "min_len", 0, f"from 0 to max_len_b={cfg.max_len_b}")
+    if cfg.min_len > cfg.max_len_b:
         raise UserError(
             f"min_len={cfg.min_len}: pass 0 to max_len_b={cfg.max_len_b} output subwords (0: EOS "
             "may come first, as the paper's search; 1: no empty translation, as fairseq's)"
         )
-    if int(cfg.max_tokens) < 1:
-        raise UserError(f"max_tokens={cfg.max_tokens}: pass 1 or more")
+    whole_number(cfg, "max_tokens", 1, ">= 1")
     use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
     if cfg.engine not in ENGINES:
         raise UserError(f"engine={cfg.engine}: pass engine=ours or engine=ctranslate2")
@@ -118,6 +150,15 @@ def check_options(cfg: DictConfig) -> None:
     name = str(cfg.name or "")
     if name and (Path(name).name != name or name in (".", "..")):
         raise UserError(f"name={cfg.name}: pass a plain file name (no directories)")
+
+
+def check_beam(cfg: DictConfig, tokenizer) -> None:
+    """Raise UserError for a beam wider than the vocabulary (more hypotheses than subwords)."""
+    if cfg.beam > tokenizer.vocab_size:
+        raise UserError(
+            f"beam={cfg.beam} is wider than this run's vocabulary of {tokenizer.vocab_size} "
+            f"subwords: pass beam=1 to {tokenizer.vocab_size} (the paper: 4)"
+        )
 
 
 def apply_position_override(model, cfg: DictConfig) -> dict:
@@ -140,18 +181,24 @@ def evaluate(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
     model, tokenizer = rebuild_model(state, device, run_dir)
+    check_beam(cfg, tokenizer)
     position_override = apply_position_override(model, cfg)
+    split = str(cfg.split or "validation")
     if cfg.src_file:
         name = cfg.name or Path(cfg.src_file).stem
     else:
-        dataset = load_split(OmegaConf.create(state["config"]["data"]), cfg.split)
-        srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {cfg.split}"
-        name = cfg.name or f"{cfg.split}-{tag}-beam{cfg.beam}"
+        dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
+        srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {split}"
+        name = cfg.name or f"{split}-{tag}-beam{cfg.beam}"
     if cfg.engine == "ctranslate2" and not cfg.name:
         name += "-ctranslate2"  # beside our engine's file of the same evaluation
+    if not srcs:
+        raise UserError(f"{where} has no lines: nothing to evaluate; pick another split or file")
+    ref_where = str(cfg.ref_file) if cfg.ref_file else None
     kept, skipped = fitting_lines(
-        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where, cfg.max_input_len
-    )
+        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where, cfg.max_input_len,
+        ref_where,
+    )  # fmt: skip
     if not kept:
         raise PositionRangeError(
             f"no line of {where} fits the model's position table: nothing to evaluate"
@@ -166,7 +213,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "name": name,
         "checkpoint": tag,
         **checkpoint_record(state),
-        "split": None if cfg.src_file else str(cfg.split),
+        "split": None if cfg.src_file else split,
         "src_file": str(Path(cfg.src_file).resolve()) if cfg.src_file else None,
         "ref_file": str(Path(cfg.ref_file).resolve()) if cfg.ref_file else None,
         "beam": cfg.beam,
@@ -215,6 +262,7 @@ def translate_stdin(cfg: DictConfig) -> None:
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir)
     model, tokenizer = rebuild_model(load_run(run_dir, str(cfg.checkpoint))[0], device, run_dir)
+    check_beam(cfg, tokenizer)
     apply_position_override(model, cfg)
     stdin = getattr(sys.stdin, "buffer", None)
     lines = decode_lines(stdin, "stdin") if stdin else [line.rstrip("\r\n") for line in sys.stdin]
@@ -234,6 +282,7 @@ def translate_stdin(cfg: DictConfig) -> None:
 @report_user_errors
 def main(cfg: DictConfig) -> None:
     """Command-line entry: score (or translate stdin) and print; a user error is one line."""
+    started()
     if cfg.translate:
         translate_stdin(cfg)
         return

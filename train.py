@@ -11,6 +11,7 @@ import logging
 import os
 import resource
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -19,6 +20,10 @@ from datetime import timedelta
 from functools import partial
 from itertools import islice
 from pathlib import Path
+
+from data.errors import quiet_start, started
+
+quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 130
 
 import hydra
 import torch
@@ -37,7 +42,7 @@ from data.corpus import (
     prepare_data,
     train_fingerprint,
 )
-from data.errors import report_user_errors
+from data.errors import UserError, report_user_errors
 from data.files import write_json
 from data.run_record import code_version, end_segment, read_segments, start_segment
 from data.tokenizer import BOS_ID, PAD_ID
@@ -70,6 +75,9 @@ from model.training_settings import check_training_settings
 from model.transformer import build_model, count_parameters
 
 log = logging.getLogger("train")
+
+# What score_completed_run writes (evaluate.yaml's defaults: validation, last.pt, beam 4).
+END_EVALUATION = "validation-last-beam4"
 
 
 def launch_overrides() -> list[str] | None:
@@ -205,6 +213,20 @@ def check_data(resumed: dict | None, data: PreparedData, corpus: dict) -> None:
             f"({trained_on.get('pairs')} pairs, sha256 {str(trained_on.get('sha256'))[:12]} -> "
             f"{corpus['pairs']} pairs, sha256 {corpus['sha256'][:12]}): resume with the data it "
             "was trained on or set a new run_dir"
+        )
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """About what one checkpoint takes: the weights and Adam's two moments, plus 1 MiB."""
+    return 3 * sum(p.numel() * p.element_size() for p in model.parameters()) + 2**20
+
+
+def check_space(run_dir: Path, needed: int, free: int) -> None:
+    """UserError unless free bytes on run_dir's disk hold a checkpoint of needed bytes."""
+    if free < needed:
+        raise UserError(
+            f"the disk of {run_dir} has {free / 2**20:,.1f} MiB free but a checkpoint takes "
+            f"about {needed / 2**20:,.1f} MiB: free space there or set run_dir to another disk"
         )
 
 
@@ -471,6 +493,15 @@ def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict 
     return resumed, allowed
 
 
+def end_evaluation_made(run_dir: Path, metrics: dict) -> bool:
+    """Whether score_completed_run's evaluation of the run's last step is on disk."""
+    path = run_dir / "eval" / f"{END_EVALUATION}.json"
+    try:
+        return json.loads(path.read_text()).get("step") == metrics.get("steps")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def score_completed_run(cfg: DictConfig, precision: str) -> dict:
     """Table 3's evaluation of a finished run: validation, beam 4, last.pt (evaluate_at_end).
 
@@ -515,6 +546,10 @@ def train_holding_lock(cfg: DictConfig) -> dict:
         done = run_dir / "metrics.json"
         metrics = json.loads(done.read_text()) if done.is_file() else {}
         if metrics.get("complete") and metrics.get("steps") == resumed["step"]:
+            if main_rank and trainer.evaluate_at_end and not end_evaluation_made(run_dir, metrics):
+                log.info(f"{run_dir} is complete but lacks its end-of-run evaluation: making it")
+                score_completed_run(cfg, precision)
+                return metrics
             log.info(
                 f"{run_dir} is complete ({stop_reason(resumed, trainer)} at step "
                 f"{resumed['step']}): nothing to do, nothing changed"
@@ -527,6 +562,8 @@ def train_holding_lock(cfg: DictConfig) -> dict:
     state, plan = build_state(cfg, data, device, rank, world)
     corpus = train_fingerprint(data.splits["train"])
     check_data(resumed, data, corpus)
+    if main_rank:  # a full disk is refused now, not at the first save (maybe the last step)
+        check_space(run_dir, checkpoint_bytes(state.model), shutil.disk_usage(run_dir).free)
     position = cfg.position._target_.rsplit(".", 1)[-1]
     choices = {"position": position_choice(cfg.position)}
     log.info(
@@ -698,6 +735,7 @@ def validate(model, dev_set, data, cfg, bf16, writer, step) -> tuple[float, floa
 @report_user_errors
 def main(cfg: DictConfig) -> None:
     """Command-line entry: train; a user error is one `error:` line (exit 1), a signal 128+N."""
+    started()
     if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "RANK" not in os.environ:
         from submitit.helpers import TorchDistributedEnvironment
 

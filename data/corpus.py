@@ -66,12 +66,12 @@ from data.tokenizer import (
     BOS_ID,
     CHARACTER_COVERAGE,
     EOS_ID,
-    MODEL_FILE,
     MODEL_TYPE,
     NORMALIZATION,
     PAD_ID,
     UNK_ID,
     Tokenizer,
+    cached_tokenizer,
     default_num_threads,
     train_tokenizer,
 )
@@ -592,9 +592,11 @@ def _load_or_train_tokenizer(
         }
     )
     out_dir = cache_dir / "tokenizers" / key
-    if not (out_dir / MODEL_FILE).is_file():
+    tokenizer = cached_tokenizer(out_dir, log)  # verified against the sha256 it was saved with
+    if tokenizer is None:
         with preparation_lock(cache_dir, identity, log):
-            if not (out_dir / MODEL_FILE).is_file():  # not written while this process waited
+            tokenizer = cached_tokenizer(out_dir, log)  # written while this process waited?
+            if tokenizer is None:
                 log(
                     f"data: training tokenizer (BPE, vocab {vocab_size}, sample <= "
                     f"{sample_size} sentences)"
@@ -610,7 +612,6 @@ def _load_or_train_tokenizer(
                 seconds = time.perf_counter() - start
                 log(f"data: tokenizer trained in {seconds:.1f}s -> {tokenizer.path}")
                 return tokenizer
-    tokenizer = Tokenizer(out_dir / MODEL_FILE)
     log(f"data: tokenizer loaded from cache {tokenizer.path} (vocab {tokenizer.vocab_size})")
     return tokenizer
 
@@ -797,8 +798,9 @@ def prepare_data(
                 f"the corpus has no '{split}' split (found {', '.join(corpus) or 'none'}); "
                 "add one to data.corpus"
             )
-    if len(corpus["train"]) == 0:
-        raise DataError("the 'train' split is empty; check data.corpus")
+    for split in ("train", *required_splits):
+        if len(corpus[split]) == 0:
+            raise DataError(f"the '{split}' split is empty; check data.corpus (its files)")
     resolve_num_proc(num_proc, len(corpus["train"]))  # a bad value: refused before any work
     _check_cleaning(cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words"))
     identity = data_identity(cfg)

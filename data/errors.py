@@ -2,6 +2,7 @@
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -58,3 +59,24 @@ def report_user_errors(entry: Entry) -> Entry:
             sys.exit(1)
 
     return run
+
+
+def _interrupted_while_starting(signum, frame) -> None:
+    """SIGINT handler while an entry point starts: one line on stderr, exit status 130."""
+    print("interrupted while starting: nothing was done", file=sys.stderr)
+    sys.exit(130)
+
+
+def quiet_start(name: str) -> None:
+    """For a script run as __main__: Ctrl-C while its imports load is one line, not a traceback.
+
+    Call it before the heavy imports; the entry point calls started() once it begins its work.
+    """
+    if name == "__main__":
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+
+def started() -> None:
+    """Give Ctrl-C back its KeyboardInterrupt (what quiet_start replaced)."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -9,12 +9,23 @@ from pathlib import Path
 from data.errors import DataError
 
 
+def new_file_mode() -> int:
+    """The mode open() gives a new file under this process's umask (mkstemp's is 0600)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text(path: str | Path, text: str) -> None:
-    """Write text to path atomically (temporary file, then rename): never a half-written file."""
+    """Write text to path atomically (temporary file, then rename): never a half-written file.
+
+    The file gets the mode any new file would (0644 under the usual umask), not mkstemp's 0600.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

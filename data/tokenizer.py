@@ -41,6 +41,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from data.errors import DataError, first_line
+from data.files import new_file_mode
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -110,6 +111,7 @@ class Tokenizer:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             try:
+                os.fchmod(fd, new_file_mode())  # as any new file (mkstemp's is 0600)
                 with os.fdopen(fd, "wb") as f:
                     f.write(self.path.read_bytes())
                 os.replace(tmp, path)
@@ -242,12 +244,14 @@ def train_tokenizer(
 
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        (tmp_dir / MODEL_FILE).write_bytes(without_thread_count(writer.getvalue()))
+        model = without_thread_count(writer.getvalue())
+        (tmp_dir / MODEL_FILE).write_bytes(model)
         meta = {
             **options,
             "seed": seed,
             "sample_size": sample_size,
             "sample_sentences": len(sample),
+            "model_sha256": hashlib.sha256(model).hexdigest(),  # checked by cached_tokenizer
         }
         (tmp_dir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         if out_dir.exists() and not (out_dir / MODEL_FILE).is_file():
@@ -260,3 +264,28 @@ def train_tokenizer(
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
     return Tokenizer(out_dir / MODEL_FILE)
+
+
+def cached_tokenizer(out_dir: Path, log) -> Tokenizer | None:
+    """The tokenizer in a cache slot if its spm.model is the one trained there, else None.
+
+    train_tokenizer records the model's sha256 in the slot's meta.json; a slot whose model does
+    not match it (a file copied in, an edit, a slot written before the hash was recorded) is
+    removed, so the caller trains the slot's tokenizer again.
+    """
+    path = Path(out_dir) / MODEL_FILE
+    if not path.is_file():
+        return None
+    try:
+        recorded = json.loads((path.parent / "meta.json").read_text()).get("model_sha256")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    if recorded == actual:
+        return Tokenizer(path)
+    log(
+        f"data: cached tokenizer {path} is not the one its cache key describes (sha256 "
+        f"{actual[:12]}, recorded {str(recorded)[:12]}): training it again"
+    )
+    shutil.rmtree(path.parent)
+    return None

@@ -299,6 +299,11 @@ def benchmark_engines(
     from evaluation.run import load_run, rebuild_model
     from model.marian import marian_generate, to_marian
 
+    if sentences < 1 or beam < 1 or repeats < 1 or max_len_b < 1:
+        raise UserError(
+            f"--sentences {sentences}, --beam {beam}, --repeats {repeats}: pass --sentences >= "
+            "1, --beam >= 1 and --repeats >= 1"
+        )
     if num_threads:
         torch.set_num_threads(num_threads)
     state, tag = load_run(Path(run_dir), checkpoint)

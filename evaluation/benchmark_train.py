@@ -352,23 +352,31 @@ def benchmark_train(
         del systems
         measure_peaks()
     for entry in fig["models"].values():
-        for row in entry["systems"].values():
-            row["mfu"] = row["gflops"] / peaks[row["precision"]]
-            if numpy_blas is not None and row["precision"] == "fp32":
-                row["mfu_numpy_blas"] = row["gflops"] / numpy_blas["fp32"]
-        # the most any system could lead theirs: ours at 100% MFU (every step a peak GEMM)
-        entry["ratio_bound"] = {
-            precision: entry["systems"][f"hf {precision}"]["seconds"]
-            / (entry["flops_per_step"] / peaks[precision] / 1e9)
-            for precision in ("fp32", "bf16")
-            if f"hf {precision}" in entry["systems"] and peaks[precision] > 0
-        }
-        if numpy_blas is not None and "hf fp32" in entry["systems"]:  # the same, at numpy's peak
-            entry["ratio_bound_numpy_blas"] = entry["systems"]["hf fp32"]["seconds"] / (
-                entry["flops_per_step"] / numpy_blas["fp32"] / 1e9
-            )
+        add_mfu(entry, peaks, numpy_blas)
     fig["load_average"] = os.getloadavg()
     return fig
+
+
+def add_mfu(entry: dict, peaks: dict, numpy_blas: dict | None) -> None:
+    """Add each row's MFU (and fp32 rows' MFU at numpy's BLAS peak) and the ratio bounds to entry.
+
+    Pure arithmetic on figures already measured, so it is tested with given numbers.
+    """
+    for row in entry["systems"].values():
+        row["mfu"] = row["gflops"] / peaks[row["precision"]]
+        if numpy_blas is not None and row["precision"] == "fp32":
+            row["mfu_numpy_blas"] = row["gflops"] / numpy_blas["fp32"]
+    # the most any system could lead theirs: ours at 100% MFU (every step a peak GEMM)
+    entry["ratio_bound"] = {
+        precision: entry["systems"][f"hf {precision}"]["seconds"]
+        / (entry["flops_per_step"] / peaks[precision] / 1e9)
+        for precision in ("fp32", "bf16")
+        if f"hf {precision}" in entry["systems"] and peaks[precision] > 0
+    }
+    if numpy_blas is not None and "hf fp32" in entry["systems"]:  # the same, at numpy's peak
+        entry["ratio_bound_numpy_blas"] = entry["systems"]["hf fp32"]["seconds"] / (
+            entry["flops_per_step"] / numpy_blas["fp32"] / 1e9
+        )
 
 
 def train_rows(fig: dict) -> list[tuple[str, ...]]:

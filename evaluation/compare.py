@@ -194,12 +194,42 @@ def read_run(
             f"{path} has no BLEU (it was made without references): evaluate a split, or pass "
             "ref_file=, and name that evaluation with --eval"
         )
+    check_scored_this_run(run_dir, path, metrics, scores)
     stale = check_fresh(run_dir, path, metrics, scores, allow_stale)
     variant = metrics.get("position_choice") or scores.get("position")
     if not variant:  # runs trained before the choice name was recorded: by class name
         position = str(metrics["position"])
         variant = names.get(position, position.removesuffix("PositionEncoding").lower())
     return Run(run_dir, str(variant), int(metrics["seed"]), metrics, scores, stale)
+
+
+def check_scored_this_run(run_dir: Path, path: Path, metrics: dict, scores: dict) -> None:
+    """CompareError unless the evaluation scored this run's weights (checkpoint, position, seed).
+
+    Evaluations written before the checkpoint's identity was recorded are checked on position.
+    """
+    fix = (
+        f"evaluate this run's own checkpoint (`python evaluate.py run_dir={run_dir}`, or pass "
+        "--score after removing that file) or name another evaluation with --eval"
+    )
+    if scores.get("own_checkpoint") is False:
+        raise CompareError(
+            f"{path} scored another run's checkpoint ({scores.get('checkpoint_file')}), not "
+            f"{run_dir}'s: {fix}"
+        )
+    position = scores.get("position")
+    accepted = {metrics.get("position_choice"), metrics.get("position")} - {None}
+    if position and accepted and position not in accepted:
+        raise CompareError(
+            f"{path} scored a model with position encoding {position} but {run_dir} trained "
+            f"{' / '.join(sorted(map(str, accepted)))}: {fix}"
+        )
+    seed = scores.get("checkpoint_seed")
+    if seed is not None and int(seed) != int(metrics["seed"]):
+        raise CompareError(
+            f"{path} scored a checkpoint of seed {seed} but {run_dir} trained seed "
+            f"{metrics['seed']}: {fix}"
+        )
 
 
 def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:

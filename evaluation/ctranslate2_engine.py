@@ -52,11 +52,18 @@ def ctranslate2_translator(model, tokenizer: Tokenizer, device, compute_type: st
         raise UserError(
             f"ctranslate2_compute_type={compute_type}: pass one of {', '.join(COMPUTE_TYPES)}"
         )
+    where = "cuda" if torch.device(device).type == "cuda" else "cpu"
+    supported = sorted(ctranslate2.get_supported_compute_types(where))
+    if compute_type != "default" and compute_type not in supported:
+        raise UserError(
+            f"ctranslate2_compute_type={compute_type} is not supported on this {where}: pass "
+            f"default or one of {', '.join(supported)}"
+        )
     with tempfile.TemporaryDirectory(prefix="ctranslate2-") as folder:
         convert_model(model, tokenizer, folder)
         yield ctranslate2.Translator(
             folder,
-            device="cuda" if torch.device(device).type == "cuda" else "cpu",
+            device=where,
             compute_type=compute_type,
             inter_threads=1,
             intra_threads=torch.get_num_threads(),

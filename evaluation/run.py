@@ -5,6 +5,7 @@ in the checkpoint, and the tokenizer is the run folder's copy (or the file the c
 checked by its sha256. checkpoint_record is what an evaluation notes of the checkpoint it scored.
 """
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -13,8 +14,10 @@ from omegaconf import OmegaConf
 from data.tokenizer import PAD_ID, Tokenizer
 from model.checkpoint import (
     RUN_TOKENIZER,
+    STEP_FILE,
     CheckpointError,
     average_checkpoints,
+    check_same_run,
     load_checkpoint,
     step_checkpoints,
 )
@@ -24,7 +27,10 @@ from model.transformer import build_model
 def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
     """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names.
 
-    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints.
+    A <file> that does not exist as given is also looked for in <run_dir>/checkpoints; one of
+    another run (_identified), or named as training names files but outside the run's
+    checkpoints/, is tagged <stem>-<its sha256's first 8 hex digits>. The state
+    records own_checkpoint and file_sha256 (None for an average) for checkpoint_record.
     """
     run_dir = Path(run_dir)
     ckpt_dir = run_dir / "checkpoints"
@@ -47,14 +53,41 @@ def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
                 f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in {ckpt_dir}; "
                 "pass a smaller N"
             )
-        return _checked(average_checkpoints(paths), f"{checkpoint} in {ckpt_dir}"), f"avg{n}"
+        state = _checked(average_checkpoints(paths), f"{checkpoint} in {ckpt_dir}")
+        return {**state, "own_checkpoint": True, "file_sha256": None}, f"avg{n}"
     if checkpoint in ("last", "best"):
         path = ckpt_dir / f"{checkpoint}.pt"
-        return _checked(load_checkpoint(path), path), checkpoint
+        return _identified(_checked(load_checkpoint(path), path), path, ckpt_dir), checkpoint
     path = Path(checkpoint)
     if not path.exists() and (ckpt_dir / checkpoint).is_file():
         path = ckpt_dir / checkpoint
-    return _checked(load_checkpoint(path), path), path.stem
+    state = _identified(_checked(load_checkpoint(path), path), path, ckpt_dir)
+    inside = path.resolve().parent == ckpt_dir.resolve()
+    training_name = path.name in ("last.pt", "best.pt") or STEP_FILE.search(path.name)
+    if inside or (state["own_checkpoint"] and not training_name):
+        return state, path.stem
+    # another folder's file never takes the name of this run's own evaluation (last, best, ...)
+    return state, f"{path.stem}-{state['file_sha256'][:8]}"
+
+
+def _identified(state: dict, path: Path, ckpt_dir: Path) -> dict:
+    """state with its file's sha256 and whether it holds the run's own weights (own_checkpoint).
+
+    Own: a file in the run's checkpoints/, or one elsewhere (an average written out) trained
+    with the tokenizer and every trajectory setting of the run's last.pt.
+    """
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    own = path.resolve().parent == ckpt_dir.resolve()
+    if not own and (ckpt_dir / "last.pt").is_file():
+        try:
+            check_same_run(load_checkpoint(ckpt_dir / "last.pt"), ckpt_dir, state, path)
+            own = True
+        except CheckpointError:
+            own = False
+    return {**state, "own_checkpoint": own, "file_sha256": digest.hexdigest()}
 
 
 def _checked(state, source) -> dict:
@@ -127,6 +160,10 @@ def checkpoint_record(state: dict) -> dict:
     return {
         "step": max(steps) if steps else None,
         "checkpoint_file": state.get("averaged") or state.get("file"),
+        # which weights: their file's sha256, whether they are the run's own, the seed they had
+        "checkpoint_sha256": state.get("file_sha256"),
+        "own_checkpoint": state.get("own_checkpoint"),
+        "checkpoint_seed": config.get("seed"),
         "position": position,
         "tokenizer_sha256": state["tokenizer"]["sha256"],
         "data": config.get("data"),

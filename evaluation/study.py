@@ -610,6 +610,7 @@ def run_study(
     say(f"study: {len(planned)} runs in {root}, {jobs} at a time{kept}")
     failures: list[str] = []
     done: dict[str, dict] = {}
+    skipped: list[str] = []  # recorded in the store, or finished before this call: not trained
 
     def one(number: int, job: Job) -> None:
         say(f"[{number}/{len(planned)}] {job.label}")
@@ -619,7 +620,12 @@ def run_study(
         try:
             if records is not None and (record := recorded(job, records, overrides)):
                 say(f"  {job.label}: recorded in {record_dir}, not trained again")
-            elif int(jobs) > 1:
+                skipped.append(job.label)
+                done[job.label] = record
+                return
+            if finished_metrics(job.run_dir) is not None:
+                skipped.append(job.label)
+            if int(jobs) > 1:
                 run_in_process(job, root, overrides, records, say)
                 record = read_json((record_dir or job.run_dir) / STUDY_FILE)
             else:
@@ -640,7 +646,12 @@ def run_study(
             for future in [pool.submit(one, n, job) for n, job in enumerate(planned, start=1)]:
                 future.result()
     scored = [done[j.label] for j in planned if j.label in done]
-    say(f"study: {len(scored)} of {len(planned)} runs trained and scored")
+    say(
+        f"study: {len(scored)} of {len(planned)} runs scored: "
+        f"{len(scored) - len(set(skipped) & set(done))} trained here, "
+        f"{len(set(skipped) & set(done))} finished before (skipped), "
+        f"{len(failures)} failed"
+    )
     if failures:
         raise StudyError(f"{len(failures)} runs failed ({', '.join(failures)}); see their logs")
     return scored

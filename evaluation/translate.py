@@ -58,6 +58,7 @@ def fitting_lines(
     long_inputs: str,
     where: str,
     max_input_len: int | None = None,
+    ref_where: str | None = None,
 ) -> tuple[list[int], dict[str, int]]:
     """Indices of the pairs the position encodings hold, and the skipped count per length bucket.
 
@@ -66,7 +67,8 @@ def fitting_lines(
     decoder positions for teacher-forced perplexity. Neither may exceed max_input_len subwords
     (search and perplexity grow with the square of the length: a 50k-subword line would run
     for hours). A pair that does not fit raises PositionRangeError naming its line, or with
-    long_inputs=skip is left out and counted.
+    long_inputs=skip is left out and counted. where names the sources, ref_where the references
+    (default: where, as for a split).
     """
     src_ids = tokenizer.encode(list(srcs))
     ref_ids = tokenizer.encode(list(refs)) if refs is not None else [None] * len(srcs)
@@ -76,8 +78,9 @@ def fitting_lines(
         if max_input_len is not None and longest > max_input_len:
             if long_inputs != "skip":
                 side = "source" if len(src) == longest else "reference"
+                file = where if side == "source" else ref_where or where
                 raise PositionRangeError(
-                    f"line {i + 1} of {where}: its {side} has {longest} subwords, more than "
+                    f"line {i + 1} of {file}: its {side} has {longest} subwords, more than "
                     f"max_input_len={max_input_len}; raise max_input_len, or pass "
                     "long_inputs=skip to leave such lines out"
                 )
@@ -85,23 +88,25 @@ def fitting_lines(
             skipped[bucket] = skipped.get(bucket, 0) + 1
             continue
         needs = [
-            ({"src_len": len(src) + 1}, f"source ({len(src)} subwords + EOS)", ""),
+            ({"src_len": len(src) + 1}, f"source ({len(src)} subwords + EOS)", "", where),
             (
                 {"tgt_len": len(src) + max_len_b},
                 f"output (source {len(src)} subwords + max_len_b={max_len_b})",
                 "lower max_len_b, or ",
+                where,
             ),
         ]
         if ref is not None:
-            needs.append(({"tgt_len": len(ref) + 1}, f"reference ({len(ref)} subwords + BOS)", ""))
-        for lengths, what, also in needs:
+            what = f"reference ({len(ref)} subwords + BOS)"
+            needs.append(({"tgt_len": len(ref) + 1}, what, "", ref_where or where))
+        for lengths, what, also, file in needs:
             try:
                 model.check_lengths(**lengths)
             except PositionRangeError as e:
                 if long_inputs != "skip":
                     n_positions = next(iter(lengths.values()))
                     raise PositionRangeError(
-                        f"line {i + 1} of {where}: its {what} needs {n_positions} positions, but "
+                        f"line {i + 1} of {file}: its {what} needs {n_positions} positions, but "
                         f"{e}; or {also}pass long_inputs=skip to leave such lines out"
                     ) from e
                 bucket = length_bucket(srcs[i])

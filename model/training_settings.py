@@ -36,7 +36,7 @@ RANGES = {
     "trainer.max_steps": (1, False, True, "updates to train"),
     "trainer.max_epochs": (1, True, True, "passes over the training data"),
     "trainer.max_minutes": (1e-9, True, False, "minutes of training in all segments"),
-    "trainer.effective_tokens": (1, False, True, "tokens per side per update"),
+    "trainer.effective_tokens": (1, True, True, "null: one batch per rank and update"),
     "trainer.update_freq": (1, True, True, "batches per update; null derives it"),
     "trainer.eval_every": (1, False, True, "updates between validations"),
     "trainer.eval_bleu_sentences": (0, False, True, "0 turns greedy BLEU off"),
@@ -50,11 +50,13 @@ RANGES = {
     "optim.lr_scale": (1e-12, False, False, "the paper: 1.0"),
     "optim.eps": (0, False, False, "the paper: 1e-9"),
     "data.max_tokens": (1, False, True, "tokens per batch and side"),
+    "data.vocab_size": (5, False, True, "subwords, the 4 special ids included"),
 }
 
 
 def check_training_settings(cfg: DictConfig) -> None:
     """Raise SettingError naming the first training setting out of range (RANGES)."""
+    _check("seed", cfg.seed, 0, False, True, "the run's random seed")
     for key, (minimum, optional, integer, hint) in RANGES.items():
         section, name = key.split(".")
         if name in cfg[section]:

@@ -30,6 +30,7 @@ def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) 
     if bool(run_dir) == bool(inputs):
         raise CheckpointError("pass either checkpoint files or --run-dir DIR, not both or neither")
     if inputs:
+        check_distinct(inputs)
         return inputs
     if last < 1:
         raise CheckpointError(f"--last {last}: pass a positive number of checkpoints")
@@ -42,6 +43,21 @@ def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) 
             f"--last {last}: only {len(paths)} step checkpoints in {ckpt_dir}; pass a smaller N"
         )
     return paths
+
+
+def check_distinct(paths: list[Path]) -> None:
+    """CheckpointError if one file is named twice (also by another path or a hard link)."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in paths:
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {path} does not exist: pass existing files")
+        stat = path.stat()
+        first = seen.setdefault((stat.st_dev, stat.st_ino), path)
+        if first is not path:
+            raise CheckpointError(
+                f"{path} and {first} are the same file: it would count twice in the mean; "
+                "name each checkpoint once"
+            )
 
 
 def write_average(paths: list[Path], out: Path) -> dict:

@@ -107,11 +107,10 @@ def test_a_second_sigint_exits_at_once(tmp_path, cache_dir):
         message = process.stdout.readline()
         assert message, "the first SIGINT printed nothing"
     assert "Ctrl-C again exits at once" in message
-    sent = time.monotonic()
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=60)
-    assert process.returncode == -signal.SIGINT  # ended by the signal itself, at once
-    assert time.monotonic() - sent < 5
+    # ended by the signal itself (the default handler, at once), not by finishing its step
+    assert process.returncode == -signal.SIGINT
     assert not (run_dir / "metrics.json").exists()
 
 

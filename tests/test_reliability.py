@@ -706,8 +706,6 @@ CLI_CASES = [
     "unwritable run directory",
     "negative max_steps",
 ]
-# Every case, in-process or on the command line, ends within this many seconds.
-CASE_SECONDS = 60
 
 
 def run_dir_of(overrides: list[str], fallback: Path) -> Path:
@@ -726,7 +724,6 @@ def assert_no_result_written(run_dir: Path, entry: str) -> None:
 @pytest.mark.parametrize("case", [c for c in CASES if c != "disk full while saving"])
 def test_bad_input_is_one_clear_error_in_process(case, bad, tmp_path, monkeypatch):
     entry, make_overrides, expected = CASES[case]
-    start = time.monotonic()
     overrides = make_overrides(bad)
     run_dir = run_dir_of(overrides, tmp_path)
     if entry == "train":
@@ -740,7 +737,6 @@ def test_bad_input_is_one_clear_error_in_process(case, bad, tmp_path, monkeypatc
             monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(STDIN[case])))
         with pytest.raises(Exception) as raised:
             translate_stdin(cfg) if cfg.translate else evaluate(cfg)
-    assert time.monotonic() - start < CASE_SECONDS
     message = str(raised.value)
     if case != "unknown position variant":  # Hydra's error, raised while composing the config
         assert isinstance(raised.value, UserError | OSError), repr(raised.value)
@@ -759,9 +755,7 @@ def check_cli_case(case: str, bad: Path, tmp_path: Path) -> None:
         overrides = [o for o in overrides if not o.startswith("run_dir=")]
         overrides.append(f"hydra.run.dir={run_dir}")
     prelude = FULL_DISK if case == "disk full while saving" else ""
-    start = time.monotonic()
     result = run_cli(f"{entry}.py", overrides, prelude=prelude, stdin=STDIN.get(case))
-    assert time.monotonic() - start < CASE_SECONDS
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode != 0 and lines, result.stdout[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]

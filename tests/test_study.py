@@ -185,6 +185,9 @@ def test_second_call_skips_finished_runs_and_scores(study):
     assert again == [r for r in records if (r["condition"], r["variant"]) == ("all", "sinusoidal")]
     assert any("not trained again" in line for line in lines)
     assert any("not scored again" in line for line in lines)
+    assert lines[-1] == (
+        "study: 1 of 1 runs scored: 0 trained here, 1 finished before (skipped), 0 failed"
+    )
     assert before == {p: p.stat().st_mtime_ns for p in before if p.exists()}
 
 
@@ -246,6 +249,7 @@ def test_the_record_store_outlives_the_run_folders(study, tmp_path):
     again = run_study(copy, ["all"], variants, [1], 1, overrides, lines.append, records=store)
     assert again == records[:2] and not (copy / "all").exists()
     assert sum("not trained again" in line for line in lines) == 2
+    assert "2 of 2 runs scored: 0 trained here, 2 finished before" in lines[-1]
     reports = {}
     for name, source in (("root", root), ("store", store)):
         write_report(source, tmp_path / name, resamples=20, echo=lambda _: None)
