@@ -83,6 +83,9 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would make it (mkstemp's is 0600)
         with os.fdopen(fd, "wb") as f:
             torch.save(state | {CHECKSUM: content_sha256(state)}, f)
             f.flush()

@@ -346,7 +346,7 @@ def test_records_get_the_mode_of_any_new_file(bad, tmp_path):
         evaluate(compose_config([f"run_dir={run}", "split=test"], "evaluate"))
         for path in (run / "metrics.json", run / "data.json", run / "tokenizer" / "spm.model"):
             assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
-        for path in (run / "eval").iterdir():
+        for path in [*(run / "eval").iterdir(), *(run / "checkpoints").glob("*.pt")]:
             assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
     finally:
         os.umask(previous)
