@@ -26,33 +26,13 @@ from model.checkpoint import CheckpointError, load_checkpoint
 from model.resume import ResumeError
 from model.run_directory import LOCK_FILE, EarlierRecordsError
 from tests.conftest import ROOT, compose_config
+from tests.test_reliability import quick_overrides
 from train import train
 
 
 def quick(cache_dir: Path, run_dir: Path, steps: int, *extra: str) -> list[str]:
     """A 50k-parameter model on 300 toy pairs, a checkpoint at every step."""
-    return [
-        "experiment=quickstart",
-        f"cache_dir={cache_dir}",
-        f"run_dir={run_dir}",
-        "data.corpus.train_size=300",
-        "+data.corpus.validation_size=20",
-        "+data.corpus.test_size=1",
-        "+data.corpus.test_long_size=1",
-        "data.vocab_size=200",
-        "data.max_tokens=256",
-        "model.d_model=32",
-        "model.d_ff=64",
-        "trainer.update_freq=1",
-        "trainer.max_minutes=null",
-        "trainer.save_every_minutes=null",
-        "trainer.save_every_steps=1",
-        "trainer.num_threads=1",
-        "trainer.eval_every=100000",
-        "trainer.log_every=1",
-        f"trainer.max_steps={steps}",
-        *extra,
-    ]
+    return quick_overrides(cache_dir, f"run_dir={run_dir}", f"trainer.max_steps={steps}", *extra)
 
 
 def run(cache_dir: Path, run_dir: Path, steps: int, *extra: str) -> dict:
