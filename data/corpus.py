@@ -720,6 +720,8 @@ def _read_encoded(final: Path) -> datasets.Dataset:
     """The encoded split in `final`, memory-mapped."""
     meta = json.loads((final / "meta.json").read_text())
     parts = [datasets.Dataset.from_file(str(final / name)) for name in meta["files"]]
+    if not parts:  # an empty split: map writes no file (evaluation then says it has no lines)
+        return datasets.Dataset.from_dict({k: [] for k in ENCODED_FEATURES}, ENCODED_FEATURES)
     encoded = parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
     if len(encoded) != meta["rows"]:
         raise DataError(

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -374,7 +375,16 @@ def test_temporary_files_of_a_killed_encoding_are_removed(bad, tmp_path):
     prepare_data(data, tmp_path, lambda line: None)
     encoded = tmp_path / "encoded"
     kept = sorted(p.name for p in encoded.iterdir())
-    (encoded / "tmpk1ll3d").write_bytes(b"half an Arrow file")  # what datasets leaves on SIGKILL
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()  # a process now gone
+    staging = encoded / f".staging-{socket.gethostname()}-{dead}-{kept[0]}"
+    staging.mkdir()  # where an encoding writes until it is complete; datasets' tmp files go there
+    (staging / "tmpk1ll3d").write_bytes(b"half an Arrow file")  # what datasets leaves on SIGKILL
+    shutil.rmtree(encoded / kept[0])  # so that split is encoded again, by a new process
     again = prepare_data(data, tmp_path, lambda line: None)
     assert sorted(p.name for p in encoded.iterdir()) == kept
     assert len(again.splits["validation"]) == 20
