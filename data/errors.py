@@ -63,8 +63,10 @@ def report_user_errors(entry: Entry) -> Entry:
 
 def _interrupted_while_starting(signum, frame) -> None:
     """SIGINT handler while an entry point starts: one line on stderr, exit status 130."""
-    print("interrupted while starting: nothing was done", file=sys.stderr)
-    sys.exit(130)
+    print("interrupted while starting: nothing was done", file=sys.stderr, flush=True)
+    # os._exit, not sys.exit: a SystemExit raised inside an import can be caught or leave a
+    # non-daemon thread of a half-imported library holding the process; nothing is written yet
+    os._exit(130)
 
 
 def quiet_start(name: str) -> None:

@@ -1,6 +1,7 @@
 """Shared fixtures: compose the real Hydra configs, find ../shared/data, build tiny models."""
 
 import runpy
+import signal
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
 SHARED_DATA = ROOT.parent / "shared" / "data"
 POSITION_CONFIGS = sorted((CONFIG_DIR / "position").glob("*.yaml"))
+
+
+def default_sigint() -> None:
+    """preexec_fn of a child sent SIGINT: Ctrl-C acts as from a terminal, even where this test
+    run inherited SIGINT ignored (a shell's background job), which Python's children would keep."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def script_main(name: str):

@@ -23,7 +23,7 @@ from evaluate import evaluate, translate_stdin
 from evaluation.ctranslate2_engine import COMPUTE_TYPES
 from evaluation.run import load_run
 from tests import test_reliability as reliability
-from tests.conftest import ROOT, compose_config, script_main, tiny_model
+from tests.conftest import ROOT, compose_config, default_sigint, script_main, tiny_model
 from tests.test_reliability import run_cli, text_overrides
 from train import check_space, checkpoint_bytes, train
 
@@ -325,6 +325,7 @@ def test_ctrl_c_while_starting_is_one_line_and_status_130(script, delay, bad, tm
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     time.sleep(delay)  # the moment varies; the outcome may not
     process.send_signal(signal.SIGINT)

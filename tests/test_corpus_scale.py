@@ -27,7 +27,7 @@ from data.corpus import (
 )
 from data.errors import DataError
 from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
-from tests.conftest import ROOT, tiny_run_overrides
+from tests.conftest import ROOT, default_sigint, tiny_run_overrides
 from tests.test_corpus import toy_parallel
 from tests.test_distributed import free_port
 
@@ -149,7 +149,9 @@ def interrupt_encoding(tmp_path: Path, cfg, how: signal.Signals) -> None:
     script.write_text(textwrap.dedent(KILLABLE))
     args = [sys.executable, str(script), str(tmp_path / "data.yaml"), str(marker)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen([*args, str(tmp_path / "cache")], cwd=ROOT, env=env)
+    child = subprocess.Popen(
+        [*args, str(tmp_path / "cache")], cwd=ROOT, env=env, preexec_fn=default_sigint
+    )
     try:
         while not marker.exists():
             assert child.poll() is None, "the child ended before it encoded a batch"

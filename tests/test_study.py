@@ -403,7 +403,9 @@ def test_two_runs_at_a_time_each_in_its_own_process(study, tmp_path):
         kept = json.loads((store / "short" / variant / "seed-2" / STUDY_FILE).read_text())
         scored = json.loads((tmp_path / "short" / variant / "seed-2" / STUDY_FILE).read_text())
         assert kept == scored  # and recorded it in the store
-    assert lines[-1] == "study: 2 of 2 runs trained and scored"
+    assert lines[-1] == (
+        "study: 2 of 2 runs scored: 2 trained here, 0 finished before (skipped), 0 failed"
+    )
 
 
 def test_ratios_per_seed_and_per_bucket():
