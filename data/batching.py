@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from data.errors import UserError
+from common.errors import UserError
 
 
 def _as_lengths(values: Sequence[int], name: str) -> np.ndarray:

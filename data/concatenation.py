@@ -19,7 +19,7 @@ from __future__ import annotations
 import datasets
 import numpy as np
 
-from data.errors import UserError
+from common.errors import UserError
 
 JOIN = " "
 

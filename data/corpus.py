@@ -61,7 +61,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from data.concatenation import join_training_pairs
-from data.errors import DataError, first_line
+from common.errors import DataError, first_line
 from data.tokenizer import (
     BOS_ID,
     CHARACTER_COVERAGE,

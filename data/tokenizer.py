@@ -40,8 +40,8 @@ import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
-from data.errors import DataError, first_line
-from data.files import new_file_mode
+from common.errors import DataError, first_line
+from common.files import new_file_mode
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 

@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.errors import UserError
-from data.files import read_json, write_json, write_text
+from common.errors import UserError
+from common.files import read_json, write_json, write_text
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -344,7 +344,7 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
         return references(run, Path(run.scores["ref_file"]))
     if run.scores.get("split") and run.scores.get("data"):  # the corpus config it scored
         from data.corpus import load_split
-        from data.errors import UserError
+        from common.errors import UserError
 
         try:
             return list(load_split(run.scores["data"], run.scores["split"])["tgt"])

@@ -15,7 +15,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
-from data.errors import UserError
+from common.errors import UserError
 
 # sacreBLEU's default bootstrap seed: the interval of the difference is taken over the resamples
 # its paired test draws (unless SACREBLEU_SEED is set to another seed).

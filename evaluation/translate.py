@@ -5,7 +5,7 @@ import logging
 import torch
 
 from data.batching import TokenBatchSampler, collate
-from data.bleu import BUCKET_LABELS, length_bucket
+from evaluation.bleu import BUCKET_LABELS, length_bucket
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from model.position import PositionRangeError
 from model.search import beam_search

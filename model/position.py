@@ -36,7 +36,7 @@ import math
 import torch
 from torch import nn
 
-from data.errors import UserError
+from common.errors import UserError
 
 
 class PositionRangeError(UserError):

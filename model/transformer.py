@@ -25,7 +25,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from torch import nn
 
-from data.errors import UserError
+from common.errors import UserError
 from model.dropout import Dropout
 from model.position import AttentionTerms, PositionEncoding
 

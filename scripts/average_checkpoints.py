@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import report_user_errors
-from model.checkpoint import (
+from common.errors import report_user_errors
+from runs.checkpoint import (
     STEP_FILE,
     CheckpointError,
     average_checkpoints,

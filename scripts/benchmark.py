@@ -51,15 +51,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import report_user_errors
-from evaluation.benchmark_data import MULTI30K, WMT14_TRAIN_PAIRS, benchmark_data, data_rows
-from evaluation.benchmark_decode import (
+from common.errors import report_user_errors
+from benchmarks.data import MULTI30K, WMT14_TRAIN_PAIRS, benchmark_data, data_rows
+from benchmarks.decode import (
     benchmark_decode,
     benchmark_engines,
     decode_rows,
     engine_rows,
 )
-from evaluation.benchmark_train import (
+from benchmarks.train import (
     benchmark_train,
     lead_budget,
     profile_rows,
@@ -153,7 +153,7 @@ def run_decode(args: argparse.Namespace) -> dict:
 
 def run_variant_cost(args: argparse.Namespace) -> dict:
     """`train --variants`: each position variant's step time relative to sinusoidal."""
-    from evaluation.benchmark_variants import variant_cost_rows, variant_step_times
+    from benchmarks.variants import variant_cost_rows, variant_step_times
 
     fig = variant_step_times(
         args.model,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import report_user_errors
+from common.errors import report_user_errors
 from evaluation.compare import TABLE3_EVAL, compare, markdown
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import report_user_errors
-from evaluation.export import export_hf
+from common.errors import report_user_errors
+from interop.export import export_hf
 
 
 @report_user_errors

@@ -79,7 +79,7 @@ def cache_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, cache_dir) -> Path:
     """A run directory holding a tiny model trained for a few hundred steps on the toy corpus."""
-    from train import train
+    from training.launch import train
 
     run_dir = tmp_path_factory.mktemp("run")
     overrides = ["trainer.max_steps=240", "trainer.eval_every=120", "trainer.save_every_steps=40"]

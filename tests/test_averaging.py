@@ -6,10 +6,10 @@ import sys
 
 import torch
 
-from evaluation.run import load_run
-from model.checkpoint import load_checkpoint, step_checkpoints
+from runs.load import load_run
+from runs.checkpoint import load_checkpoint, step_checkpoints
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
-from train import train
+from training.launch import train
 
 SMALL = ["model.d_model=32", "model.d_ff=64", "data.corpus.train_size=600"]
 

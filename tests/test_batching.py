@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.batching import TokenBatchSampler, collate, padding_fraction
-from data.errors import UserError
+from common.errors import UserError
 from data.tokenizer import BOS_ID, PAD_ID
 
 N = 20_000

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from data.corpus import load_hub
-from evaluation.benchmark_data import (
+from benchmarks.data import (
     EVAL_PAIRS,
     PHASES,
     RARE_TYPES,
@@ -20,9 +20,9 @@ from evaluation.benchmark_data import (
     synthetic_lines,
     write_hub_corpus,
 )
-from evaluation.benchmark_decode import benchmark_decode
-from evaluation.benchmark_models import build_models
-from evaluation.benchmark_train import (
+from benchmarks.decode import benchmark_decode
+from benchmarks.models import build_models
+from benchmarks.train import (
     OTHER_OPERATORS,
     OUTSIDE_OPERATORS,
     PROFILE_GROUPS,
@@ -32,7 +32,7 @@ from evaluation.benchmark_train import (
     profile_group,
     profile_step,
 )
-from evaluation.flops import transformer_flops
+from benchmarks.flops import transformer_flops
 from evaluation.tables import format_table
 from tests.conftest import script_main, shared_data
 
@@ -323,7 +323,7 @@ def test_profile_on_cuda_is_refused(capsys):
 
 
 def test_the_no_bf16_line_is_printed_only_where_the_cpu_lacks_it(capsys):
-    from evaluation.flops import native_bf16
+    from benchmarks.flops import native_bf16
 
     main(
         ["train", "--model", "tiny", "--batch-size", "2", "--length", "3", "--vocab-size", "40"]
@@ -334,7 +334,7 @@ def test_the_no_bf16_line_is_printed_only_where_the_cpu_lacks_it(capsys):
 
 
 def test_train_default_precisions_follow_the_cpu():
-    from evaluation.flops import default_precisions, native_bf16
+    from benchmarks.flops import default_precisions, native_bf16
 
     cpu = torch.device("cpu")
     assert default_precisions(cpu) == (["fp32", "bf16"] if native_bf16(cpu) else ["fp32"])

@@ -2,8 +2,8 @@
 
 import pytest
 
-from data.errors import UserError
-from evaluation.benchmark_variants import (
+from common.errors import UserError
+from benchmarks.variants import (
     position_variants,
     variant_cost_rows,
     variant_step_times,

@@ -7,7 +7,7 @@ import shlex
 import pytest
 import torch
 
-from model.checkpoint import (
+from runs.checkpoint import (
     CheckpointError,
     average_checkpoints,
     load_checkpoint,

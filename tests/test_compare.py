@@ -51,7 +51,7 @@ def make_run(
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    from data.bleu import bleu_by_length, tokenized_bleu
+    from evaluation.bleu import bleu_by_length, tokenized_bleu
 
     srcs, refs = toy_validation
     choice = choice or VARIANT[position]
@@ -276,7 +276,7 @@ def test_runs_of_another_search_are_never_pooled(tmp_path, capsys, toy_validatio
 
 
 def test_compare_reads_a_real_run(trained_run, tmp_path):
-    from evaluate import evaluate
+    from evaluation.evaluate import evaluate
 
     scores = evaluate(compose_config([f"run_dir={trained_run}"], config_name="evaluate"))
     metrics = json.loads((trained_run / "metrics.json").read_text())

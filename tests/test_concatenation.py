@@ -4,7 +4,7 @@ import pytest
 
 from data.concatenation import join_consecutive_lines, join_training_pairs, leftover_lines
 from data.corpus import prepare_data
-from data.errors import UserError
+from common.errors import UserError
 from data.tokenizer import EOS_ID
 from tests.conftest import compose_config
 

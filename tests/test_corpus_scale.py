@@ -25,7 +25,7 @@ from data.corpus import (
     resolve_num_proc,
     sequence_lengths,
 )
-from data.errors import DataError
+from common.errors import DataError
 from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
 from tests.conftest import ROOT, default_sigint, tiny_run_overrides
 from tests.test_corpus import toy_parallel

@@ -9,12 +9,12 @@ on are log P(Y).
 import pytest
 import torch
 
-from data.errors import UserError
+from common.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID
-from evaluate import evaluate
-from evaluation.ctranslate2_engine import ctranslate2_translator, translate_pieces
-from evaluation.run import load_run
-from model.ctranslate2_spec import ctranslate2_spec
+from evaluation.evaluate import evaluate
+from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
+from runs.load import load_run
+from interop.ctranslate2_spec import ctranslate2_spec
 from tests.conftest import compose_config, tiny_model
 
 VOCAB = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, 40)]
@@ -164,7 +164,7 @@ def test_evaluate_engine_ctranslate2_greedy_identical_and_beam_four_scored(train
 
 
 def test_decode_benchmark_times_and_scores_every_engine(trained_run):
-    from evaluation.benchmark_decode import benchmark_engines, engine_rows
+    from benchmarks.decode import benchmark_engines, engine_rows
 
     fig = benchmark_engines(trained_run, sentences=12, beam=2, repeats=1, echo=lambda _: None)
     rows = engine_rows(fig)

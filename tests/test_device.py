@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from data.errors import UserError
-from model.device import DeviceError, resolve_device, use_bf16
+from common.errors import UserError
+from runs.device import DeviceError, resolve_device, use_bf16
 
 
 def test_precision_names_and_auto():

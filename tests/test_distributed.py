@@ -7,9 +7,9 @@ import sys
 import pytest
 import torch
 
-from model.checkpoint import load_checkpoint
+from runs.checkpoint import load_checkpoint
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
-from train import train
+from training.launch import train
 
 
 def free_port() -> int:

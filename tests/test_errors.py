@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-from data.errors import DataError, UserError, report_user_errors
+from common.errors import DataError, UserError, report_user_errors
 from evaluation.compare import CompareError
 from evaluation.extrapolation import StudyError
-from model.checkpoint import CheckpointError, CheckpointWriteError
+from runs.checkpoint import CheckpointError, CheckpointWriteError
 from model.position import PositionRangeError
-from model.training import DivergenceError
+from training.step import DivergenceError
 from tests.conftest import ROOT
 
 

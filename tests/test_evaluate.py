@@ -12,12 +12,12 @@ import sacrebleu
 import torch
 import torch.nn.functional as F
 
-from data.errors import UserError
+from common.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
-from evaluate import evaluate
-from evaluation.run import load_run, rebuild_model
+from evaluation.evaluate import evaluate
+from runs.load import load_run, rebuild_model
 from evaluation.translate import translate
-from model.checkpoint import CheckpointError
+from runs.checkpoint import CheckpointError
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
@@ -97,7 +97,7 @@ def normalized_score(model, src, hyp, alpha=0.6):
 def test_beam_four_never_scores_below_greedy(tmp_path, cache_dir):
     """On a well-trained tiny model (the quickstart's recipe, ~3 minutes of training)."""
     from data.corpus import load_split
-    from train import train
+    from training.launch import train
 
     overrides = [f"run_dir={tmp_path}", f"cache_dir={cache_dir}", "trainer.max_steps=600"]
     train(compose_config(["experiment=quickstart", "trainer.max_minutes=null", *overrides]))
@@ -306,7 +306,7 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
 @pytest.fixture(scope="module")
 def learned_run(tmp_path_factory, cache_dir):
     """A few steps of a learned-position run whose table (80 rows) test_long overflows."""
-    from train import train
+    from training.launch import train
 
     run_dir = tmp_path_factory.mktemp("learned")
     overrides = ["position=learned", f"model.max_positions={LEARNED_ROWS}"]

@@ -15,9 +15,9 @@ import torch
 
 from data.corpus import load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from evaluate import evaluate
-from evaluation.export import ExportError, export_hf
-from evaluation.run import load_run, rebuild_model
+from evaluation.evaluate import evaluate
+from interop.export import ExportError, export_hf
+from runs.load import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 MAX_POSITIONS = 100  # Marian's table, and generate's max_length
@@ -26,7 +26,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str
 FRESH_PROCESS = """
 import json, sys
 from transformers import MarianMTModel, MarianTokenizer
-from evaluation.export import translate_with_transformers
+from interop.export import translate_with_transformers
 folder, sources = sys.argv[1], json.load(open(sys.argv[2]))
 tokenizer = MarianTokenizer.from_pretrained(folder)
 MarianMTModel.from_pretrained(folder)
@@ -147,7 +147,7 @@ def test_marians_layer_norm_eps_changes_logits_by_little(folder, trained_run, te
 
 
 def test_other_position_variants_are_refused_with_one_line(tmp_path, cache_dir):
-    from train import train
+    from training.launch import train
 
     run_dir = tmp_path / "learned"
     overrides = ["position=learned", "trainer.max_steps=2", "trainer.eval_every=2"]

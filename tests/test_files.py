@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from data.files import write_json, write_text
+from common.files import write_json, write_text
 
 
 def test_write_json_round_trips_and_creates_folders(tmp_path):

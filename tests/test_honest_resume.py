@@ -6,11 +6,11 @@ import shutil
 import pytest
 import torch
 
-from data.run_record import code_version, read_segments
-from evaluation.flops import machine_description
+from runs.record import code_version, read_segments
+from runs.device import machine_description
 from tests.conftest import compose_config
 from tests.test_reliability import quick_overrides
-from train import train
+from training.launch import train
 
 
 def run(run_dir, cache_dir, steps: int, *extra: str) -> dict:

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from model.loss import forward_backward, label_smoothed_loss
+from training.loss import forward_backward, label_smoothed_loss
 
 
 def test_label_smoothed_loss_matches_the_definition():

@@ -2,7 +2,7 @@
 
 import torch
 
-from model.optim import noam_adam, noam_lr
+from training.optim import noam_adam, noam_lr
 
 
 def test_noam_schedule_peaks_at_warmup():
@@ -26,7 +26,7 @@ def test_noam_adam_follows_the_schedule_step_by_step():
 
 
 def test_clip_gradients_returns_the_norm_and_clips_only_when_asked():
-    from model.optim import clip_gradients
+    from training.optim import clip_gradients
 
     a, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
     a.grad, b.grad = torch.tensor([3.0, 0.0]), torch.tensor([4.0])

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from evaluate import evaluate
+from evaluation.evaluate import evaluate
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 LINES = ["the dog sees the cat", "a small house", "the red car is fast", "he reads", "we go"]
@@ -15,7 +15,7 @@ LINES = ["the dog sees the cat", "a small house", "the red car is fast", "he rea
 
 @pytest.fixture(scope="module")
 def rope_run(tmp_path_factory, cache_dir):
-    from train import train
+    from training.launch import train
 
     run_dir = tmp_path_factory.mktemp("rope-run")
     extra = ("position=rope", "trainer.max_steps=20", "trainer.eval_every=20")

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from data.run_record import read_segments
-from model.checkpoint import load_checkpoint
-from model.preemption import StopSignals
+from runs.record import read_segments
+from runs.checkpoint import load_checkpoint
+from runs.preemption import StopSignals
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
-from train import train
+from training.launch import train
 
 SMALL = ["model.d_model=32", "model.d_ff=64", "data.corpus.train_size=1000"]
 STEPS = 400  # far more than the run reaches before its signal

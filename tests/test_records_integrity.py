@@ -20,14 +20,14 @@ import pytest
 import torch
 import yaml
 
-from data.run_record import start_segment
+from runs.record import start_segment
 from data.toy import main as write_toy_corpus
-from model.checkpoint import CheckpointError, load_checkpoint
-from model.resume import ResumeError
-from model.run_directory import LOCK_FILE, EarlierRecordsError
+from runs.checkpoint import CheckpointError, load_checkpoint
+from runs.resume import ResumeError
+from runs.directory import LOCK_FILE, EarlierRecordsError
 from tests.conftest import ROOT, compose_config
 from tests.test_reliability import quick_overrides
-from train import train
+from training.launch import train
 
 
 def quick(cache_dir: Path, run_dir: Path, steps: int, *extra: str) -> list[str]:

@@ -26,14 +26,14 @@ import datasets
 import pytest
 import torch
 
-import model.checkpoint as checkpoint
+import runs.checkpoint as checkpoint
 from data.corpus import prepare_data
-from data.errors import UserError
+from common.errors import UserError
 from data.toy import main as write_toy_corpus
-from evaluate import evaluate, translate_stdin
-from model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, step_checkpoints
+from evaluation.evaluate import evaluate, translate_stdin
+from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, step_checkpoints
 from tests.conftest import ROOT, compose_config
-from train import train
+from training.launch import train
 
 LOG_STEP = re.compile(r"step (\d+) loss \S+ nll \S+ lr (\S+)")
 RESUMED = re.compile(r"resumed from step (\d+)")
@@ -345,7 +345,7 @@ def test_disk_full_during_training_is_one_error_and_keeps_the_last_checkpoint(
 
 def poison_losses(monkeypatch, bad_calls: range) -> None:
     """Make the training loss NaN on the given (0-based) calls of label_smoothed_loss."""
-    import model.loss
+    import training.loss
 
     real, calls = model.loss.label_smoothed_loss, {"n": 0}
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from model.run_directory import (
+from runs.directory import (
     MAX_NAME_BYTES,
     RunDirectoryError,
     RunDirectoryInUseError,
@@ -19,7 +19,7 @@ from tests.conftest import ROOT
 
 HOLD = """
 import sys, time
-from model.run_directory import RunDirectoryLock
+from runs.directory import RunDirectoryLock
 lock = RunDirectoryLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 time.sleep(600)

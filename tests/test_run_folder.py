@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from data.toy import main as write_toy_corpus
-from model.checkpoint import RUN_TOKENIZER, load_checkpoint
+from runs.checkpoint import RUN_TOKENIZER, load_checkpoint
 from tests.conftest import ROOT, compose_config
-from train import train
+from training.launch import train
 
 
 def relative_text_overrides(corpus: Path, cache: Path, run_dir: Path) -> list[str]:

@@ -17,10 +17,10 @@ import pytest
 import torch
 import yaml
 
-from data.run_record import read_segments
-from model.checkpoint import load_checkpoint
+from runs.record import read_segments
+from runs.checkpoint import load_checkpoint
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
-from train import train
+from training.launch import train
 
 # The README's sweep, shrunk: a tiny model, a few steps, one CPU and one task per job.
 SWEEP = ["position=sinusoidal,learned", "seed=1,2"]

@@ -10,7 +10,7 @@ import pytest
 import sacrebleu
 from scipy import stats
 
-from data.errors import UserError
+from common.errors import UserError
 from evaluation.statistics import (
     add_holm,
     bleu_from_statistics,

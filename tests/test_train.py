@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from data.errors import UserError
-from model.checkpoint import load_checkpoint, step_checkpoints
+from common.errors import UserError
+from runs.checkpoint import load_checkpoint, step_checkpoints
 from tests.conftest import compose_config, tiny_run_overrides
-from train import train
+from training.launch import train
 
 
 def test_a_tiny_run_writes_metrics_checkpoints_and_logs(trained_run):
@@ -79,7 +79,7 @@ def test_bf16_autocast_on_cpu_trains(tmp_path, cache_dir):
 
 def test_compiled_training_saves_weights_evaluate_loads(tmp_path, cache_dir, monkeypatch):
     """trainer.compile=true through torch.compile's tracing (aot_eager: no C++ build, seconds)."""
-    from evaluation.run import load_run, rebuild_model
+    from runs.load import load_run, rebuild_model
 
     compiled = []
     real_compile = torch.compile

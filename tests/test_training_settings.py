@@ -2,8 +2,8 @@
 
 import pytest
 
-from model.resume import KEEP_THE_MATH, setting_differences
-from model.training_settings import SettingError, check_training_settings
+from runs.resume import KEEP_THE_MATH, setting_differences
+from runs.settings import SettingError, check_training_settings
 from tests.conftest import CONFIG_DIR, compose_config
 
 

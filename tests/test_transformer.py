@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from data.errors import UserError
+from common.errors import UserError
 from model.position import PositionRangeError
 from model.transformer import (
     FeedForward,
@@ -274,7 +274,7 @@ def test_every_variant_builds_and_trains_in_the_quickstart_and_multi30k_experime
     multi30k_small and extrapolation_multi30k build the same small model as table3_multi30k
     (in fp32 / bf16): composing them is enough.
     """
-    from model.loss import forward_backward
+    from training.loss import forward_backward
     from tests.conftest import compose_config
 
     for experiment in ("multi30k_small", "extrapolation_multi30k"):

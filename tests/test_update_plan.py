@@ -8,7 +8,7 @@ import pytest
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import prepare_data, sequence_lengths
 from tests.conftest import compose_config, shared_data, tiny_run_overrides
-from train import train
+from training.launch import train
 
 TARGET = 25_000  # trainer.effective_tokens, the paper's §5.1
 

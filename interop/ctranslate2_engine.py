@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from data.errors import UserError
+from common.errors import UserError
 from data.tokenizer import EOS_ID, Tokenizer
-from model.ctranslate2_spec import ctranslate2_spec, save_ctranslate2
+from interop.ctranslate2_spec import ctranslate2_spec, save_ctranslate2
 from model.search import length_penalty
 
 COMPUTE_TYPES = ("default", "float32", "int8", "int8_float32", "int16", "bfloat16", "float16")

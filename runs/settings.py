@@ -9,7 +9,7 @@ import math
 
 from omegaconf import DictConfig
 
-from data.errors import UserError
+from common.errors import UserError
 
 
 class SettingError(UserError):

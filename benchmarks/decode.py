@@ -33,9 +33,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from data.errors import UserError
-from evaluation.benchmark_models import build_models
-from evaluation.flops import native_bf16
+from common.errors import UserError
+from benchmarks.models import build_models
+from benchmarks.flops import native_bf16
 
 
 class EosSuppressed:
@@ -295,9 +295,9 @@ def benchmark_engines(
 
     from data.corpus import load_split
     from data.tokenizer import EOS_ID
-    from evaluation.ctranslate2_engine import ctranslate2_translator, translate_pieces
-    from evaluation.run import load_run, rebuild_model
-    from model.marian import marian_generate, to_marian
+    from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
+    from runs.load import load_run, rebuild_model
+    from interop.marian import marian_generate, to_marian
 
     if sentences < 1 or beam < 1 or repeats < 1 or max_len_b < 1:
         raise UserError(

@@ -22,7 +22,7 @@ here exactly:
 
 import torch
 
-from data.errors import UserError
+from common.errors import UserError
 from model.position import SinusoidalPositionEncoding
 from model.transformer import Transformer
 

@@ -14,8 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from data.errors import UserError
-from data.files import write_json
+from common.errors import UserError
+from common.files import write_json
 
 SEGMENTS_FILE = "segments.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -10,19 +10,18 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from data.errors import UserError
-from evaluation.benchmark_models import ROOT, build_models
-from evaluation.flops import (
-    cpu_flags,
+from common.errors import UserError
+from benchmarks.models import ROOT, build_models
+from benchmarks.flops import (
     default_precisions,
     gemm_peak,
-    hardware_name,
     native_bf16,
     numpy_blas_peak,
     synchronized_time,
     transformer_flops,
 )
-from evaluation.memory import StepMemory
+from benchmarks.memory import StepMemory
+from runs.device import cpu_flags, hardware_name
 
 # torch.profiler operators (self CPU time, so the groups do not overlap) in the groups a profile
 # reports; an operator not named here is counted under "other operators"
@@ -135,8 +134,8 @@ def train_systems(
     import torch
     from omegaconf import OmegaConf
 
-    from model.optim import noam_adam
-    from model.training import train_step
+    from training.optim import noam_adam
+    from training.step import train_step
 
     optim = OmegaConf.load(ROOT / "configs" / "optim" / "noam.yaml")
     ours, theirs, model_cfg = build_models(model_name, vocab_size, with_hf, **dims)

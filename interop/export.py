@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from data.errors import UserError
-from data.files import write_json
+from common.errors import UserError
+from common.files import write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from evaluation.run import load_run, rebuild_model
-from model.marian import check_mappable, layer_norm_eps, to_marian
+from runs.load import load_run, rebuild_model
+from interop.marian import check_mappable, layer_norm_eps, to_marian
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 

@@ -42,10 +42,10 @@ import torch.distributed as dist
 
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import prepare_data
-from data.errors import DataError
+from common.errors import DataError
 from data.tokenizer import default_num_threads
 from evaluation.configs import compose_config
-from evaluation.flops import hardware_name
+from runs.device import hardware_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"

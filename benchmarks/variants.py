@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from data.errors import UserError
-from model.optim import noam_adam
-from model.training import train_step
+from common.errors import UserError
+from training.optim import noam_adam
+from training.step import train_step
 from model.transformer import build_model, count_parameters
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"

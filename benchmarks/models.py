@@ -25,7 +25,7 @@ def build_models(model_name: str, vocab_size: int, with_hf: bool, **dims):
         return ours, None, model_cfg
     from transformers import MarianMTModel
 
-    from model.marian import marian_config
+    from interop.marian import marian_config
 
     config = marian_config(ours, model_cfg.max_positions)  # equal dims, ids, post-LN, ReLU
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ warning, and the weights are then no longer bitwise those of an uninterrupted ru
 
 from collections.abc import Mapping
 
-from data.errors import UserError
+from common.errors import UserError
 
 # Where files go, how often the run logs, saves and validates, threads, device and compilation,
 # and when it stops (a stop below the checkpoint's step is refused by the trainer).

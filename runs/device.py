@@ -1,8 +1,11 @@
-"""Where to run and in which precision: the device name, and whether to use bf16 autocast."""
+"""Where to run and in which precision (the device name, bf16 autocast), and what machine it is."""
+
+import platform
+from pathlib import Path
 
 import torch
 
-from data.errors import UserError
+from common.errors import UserError
 
 
 class DeviceError(UserError):
@@ -55,3 +58,38 @@ def use_cuda_device(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+
+
+def cpu_flags() -> list[str]:
+    """The CPU flags that decide bf16 speed (avx2, avx512f, avx512_bf16, amx_*) from cpuinfo."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    lines = [line for line in cpuinfo.splitlines() if line.startswith("flags")]
+    words = set(lines[0].split(":", 1)[1].split()) if lines else set()
+    wanted = ("avx2", "avx512f", "avx512_bf16")
+    return sorted(w for w in words if w in wanted or w.startswith("amx"))
+
+
+def hardware_name(device) -> str:
+    """The GPU's name, or the CPU's model name from /proc/cpuinfo (else the architecture)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.machine()
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line]
+    return names[0] if names else platform.machine()
+
+
+def machine_description(device) -> str:
+    """What trained or measured: hardware name, a CPU's bf16-relevant flags, torch version.
+
+    Float32 kernels differ between CPU generations (AVX2 vs AVX-512), so runs of one seed on
+    two machines agree only up to rounding, and their trajectories drift apart from there.
+    """
+    flags = cpu_flags() if device.type == "cpu" else []
+    extra = f" ({', '.join(flags)})" if flags else ""
+    return f"{hardware_name(device)}{extra}, torch {torch.__version__}"

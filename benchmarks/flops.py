@@ -1,11 +1,14 @@
 """Compute figures: the Transformer's matmul FLOPs per training step, measured GEMM peaks, and
-the device's name and clock (synchronized on CUDA)."""
+the device's clock (synchronized on CUDA)."""
 
 from __future__ import annotations
 
-import platform
 import time
-from pathlib import Path
+
+import numpy as np
+import torch
+
+from runs.device import cpu_flags
 
 
 def transformer_flops(dims: dict, vocab_size: int, batch: int, src_len: int, tgt_len: int) -> int:
@@ -51,8 +54,6 @@ def best_gflops(matmul, flops: float, repeats: int, clock=time.perf_counter) -> 
 
 def gemm_peak(dtype, device, size: int = 2048, repeats: int = 10) -> float:
     """Measured matmul GFLOP/s of [size x size] @ [size x size] in dtype, best of repeats."""
-    import torch
-
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     calls = 1 if device.type == "cpu" else 50
@@ -72,25 +73,11 @@ def numpy_blas_peak(size: int = 2048, repeats: int = 10) -> dict:
     torch's MKL (docs/performance.md), so an MFU against torch's own GEMM peak flatters every
     system there. numpy's BLAS starts as many threads as there are CPUs, whatever torch's.
     """
-    import numpy as np
-
     a = np.random.default_rng(0).standard_normal((size, size), dtype=np.float32)
     out = np.empty_like(a)
     rate = best_gflops(lambda: np.matmul(a, a, out=out), 2 * size**3, repeats)
     blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     return {"name": f"{blas['name']} {blas.get('version', '')}".strip(), "fp32": rate}
-
-
-def cpu_flags() -> list[str]:
-    """The CPU flags that decide bf16 speed (avx2, avx512f, avx512_bf16, amx_*) from cpuinfo."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    lines = [line for line in cpuinfo.splitlines() if line.startswith("flags")]
-    words = set(lines[0].split(":", 1)[1].split()) if lines else set()
-    wanted = ("avx2", "avx512f", "avx512_bf16")
-    return sorted(w for w in words if w in wanted or w.startswith("amx"))
 
 
 def native_bf16(device) -> bool:
@@ -108,37 +95,8 @@ def default_precisions(device) -> list[str]:
     return ["fp32", "bf16"] if native_bf16(device) else ["fp32"]
 
 
-def hardware_name(device) -> str:
-    """The GPU's name, or the CPU's model name from /proc/cpuinfo (else the architecture)."""
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.machine()
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line]
-    return names[0] if names else platform.machine()
-
-
-def machine_description(device) -> str:
-    """What trained or measured: hardware name, a CPU's bf16-relevant flags, torch version.
-
-    Float32 kernels differ between CPU generations (AVX2 vs AVX-512), so runs of one seed on
-    two machines agree only up to rounding, and their trajectories drift apart from there.
-    """
-    import torch
-
-    flags = cpu_flags() if device.type == "cpu" else []
-    extra = f" ({', '.join(flags)})" if flags else ""
-    return f"{hardware_name(device)}{extra}, torch {torch.__version__}"
-
-
 def synchronized_time(device) -> float:
     """time.perf_counter() after the device has finished its queued work."""
-    import torch
-
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()

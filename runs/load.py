@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from data.tokenizer import PAD_ID, Tokenizer
-from model.checkpoint import (
+from runs.checkpoint import (
     RUN_TOKENIZER,
     STEP_FILE,
     CheckpointError,

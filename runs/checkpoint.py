@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from data.errors import UserError
-from model.resume import setting_differences
+from common.errors import UserError
+from runs.resume import setting_differences
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
 # Where a run keeps its own copy of the tokenizer, relative to the run directory.

@@ -19,7 +19,7 @@ refused: CTranslate2's ALiBi exists for decoder-only models, not for an encoder;
 
 import torch
 
-from data.errors import UserError
+from common.errors import UserError
 from model.position import (
     LearnedPositionEncoding,
     NoPositionEncoding,

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from data.errors import UserError
-from data.run_record import SEGMENTS_FILE, read_segments
+from common.errors import UserError
+from runs.record import SEGMENTS_FILE, read_segments
 
 LOCK_FILE = ".lock"
 # What an earlier run leaves in its directory besides checkpoints, and what start_over deletes.

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from data.errors import DataError
+from common.errors import DataError
 
 
 def new_file_mode() -> int:

@@ -1,0 +1,283 @@
+"""Translate and score a trained run: what `python evaluate.py` runs, as `evaluate(cfg)`.
+
+Rebuilds the model from the config stored in the checkpoint (never today's YAML), translates
+with the paper's beam search (§6.1: beam 4, GNMT length penalty 0.6, max length source + 50)
+and writes `<run_dir>/eval/<name>.json` with BLEU scored two ways (RECIPE.md, "Inference and
+scoring"): `bleu` is detokenized sacreBLEU with its signature (today's practice); `tok_bleu` is
+the paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
+"""
+
+import logging
+import sys
+from pathlib import Path
+
+import sacrebleu
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from common.errors import DataError, UserError
+from common.files import write_json, write_text
+from data.corpus import decode_lines, load_split, read_lines
+from data.tokenizer import EOS_ID
+from evaluation.bleu import bleu_by_length, tokenized_bleu
+from evaluation.perplexity import perplexity
+from evaluation.translate import fitting_lines, translate
+from interop.ctranslate2_engine import ctranslate2_translator, translate_ctranslate2
+from model.position import PositionRangeError
+from runs.device import resolve_device, use_bf16
+from runs.load import checkpoint_record, load_run, rebuild_model
+
+ENGINES = ("ours", "ctranslate2")
+
+
+def translate_with(cfg: DictConfig, model, tokenizer, srcs: list[str], device, bf16: bool):
+    """Translations by cfg.engine: our search (default) or CTranslate2 (same model, converted)."""
+    if cfg.engine == "ctranslate2":
+        compute_type = cfg.ctranslate2_compute_type
+        with ctranslate2_translator(model, tokenizer, device, compute_type) as translator:
+            return translate_ctranslate2(
+                translator, tokenizer, srcs, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.min_len
+            )
+    return translate(
+        model,
+        tokenizer,
+        srcs,
+        device,
+        cfg.beam,
+        cfg.lenpen,
+        cfg.max_len_b,
+        cfg.max_tokens,
+        bf16,
+        cfg.min_len,
+    )
+
+
+def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
+    """Sources, references (None without ref_file) and a description, from src_file/ref_file."""
+    if not cfg.src_file:
+        raise DataError("ref_file is set without src_file: pass both, or a split=<name>")
+    srcs = read_lines(cfg.src_file, "src_file")
+    if not any(line.strip() for line in srcs):
+        raise DataError(
+            f"src_file={cfg.src_file} has no non-blank line: pass a file of source sentences"
+        )
+    refs = read_lines(cfg.ref_file, "ref_file") if cfg.ref_file else None
+    if refs is not None and not any(line.strip() for line in refs):
+        raise DataError(
+            f"ref_file={cfg.ref_file} has no non-blank line: pass the references, one a line "
+            "(or leave ref_file out to only translate)"
+        )
+    if refs is not None and len(refs) != len(srcs):
+        raise DataError(
+            f"src_file={cfg.src_file} has {len(srcs)} lines but ref_file={cfg.ref_file} has "
+            f"{len(refs)}: pass line-aligned files"
+        )
+    return srcs, refs, str(cfg.src_file)
+
+
+# GNMT length penalties are tuned in [0, 1] (Wu et al. 2016); far above, lp overflows no float
+# but every hypothesis scores about 0: nonsense, refused.
+MAX_LENPEN = 10.0
+# Beam search keeps beam hypotheses per sentence and ranks beam x vocabulary scores each step:
+# a beam wider than the vocabulary (checked once the model is loaded) or this cap is refused.
+MAX_BEAM = 1000
+
+
+def whole_number(cfg: DictConfig, key: str, low: int, hint: str) -> int:
+    """cfg[key] as an int of at least low, else a UserError naming key=value and hint."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UserError(f"{key}={value}: pass a whole number {hint}")
+    return value
+
+
+def check_sources(cfg: DictConfig) -> None:
+    """Raise UserError for sources given twice: a split and files, or files and translate."""
+    if cfg.translate and (cfg.src_file or cfg.ref_file):
+        raise UserError(
+            "translate=true reads the sentences on stdin but src_file/ref_file is set too: pass "
+            "the file on stdin, or leave translate out to translate src_file"
+        )
+    if cfg.split is not None and (cfg.src_file or cfg.ref_file):
+        raise UserError(
+            f"split={cfg.split} and src_file/ref_file name two inputs: pass one of them"
+        )
+
+
+def check_options(cfg: DictConfig) -> None:
+    """Raise UserError naming the first evaluation option out of range."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise UserError("run_dir is not set: pass run_dir=<a training run directory>")
+    check_sources(cfg)
+    whole_number(cfg, "beam", 1, f"from 1 (greedy) to {MAX_BEAM} (the paper: 4)")
+    if cfg.beam > MAX_BEAM:
+        raise UserError(f"beam={cfg.beam}: pass 1 (greedy) to {MAX_BEAM} (the paper: 4)")
+    lenpen = cfg.lenpen
+    if (
+        isinstance(lenpen, bool)
+        or not isinstance(lenpen, int | float)
+        or not 0 <= lenpen <= MAX_LENPEN
+    ):
+        raise UserError(
+            f"lenpen={cfg.lenpen}: pass a number from 0 to {MAX_LENPEN:g} (the paper: 0.6)"
+        )
+    max_input_len = whole_number(cfg, "max_input_len", 1, ">= 1 (subwords, default 1024)")
+    whole_number(cfg, "max_len_b", 1, f"from 1 to max_input_len={max_input_len} (the paper: 50)")
+    if cfg.max_len_b > max_input_len:
+        raise UserError(
+            f"max_len_b={cfg.max_len_b}: pass 1 to max_input_len={max_input_len} (the paper: "
+            "50; raise max_input_len to allow more)"
+        )
+    whole_number(cfg, "min_len", 0, f"from 0 to max_len_b={cfg.max_len_b}")
+    if cfg.min_len > cfg.max_len_b:
+        raise UserError(
+            f"min_len={cfg.min_len}: pass 0 to max_len_b={cfg.max_len_b} output subwords (0: EOS "
+            "may come first, as the paper's search; 1: no empty translation, as fairseq's)"
+        )
+    whole_number(cfg, "max_tokens", 1, ">= 1")
+    use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
+    if cfg.engine not in ENGINES:
+        raise UserError(f"engine={cfg.engine}: pass engine=ours or engine=ctranslate2")
+    if cfg.long_inputs not in ("error", "skip"):
+        raise UserError(f"long_inputs={cfg.long_inputs}: pass long_inputs=error or skip")
+    name = str(cfg.name or "")
+    if name and (Path(name).name != name or name in (".", "..")):
+        raise UserError(f"name={cfg.name}: pass a plain file name (no directories)")
+
+
+def check_beam(cfg: DictConfig, tokenizer) -> None:
+    """Raise UserError for a beam wider than the vocabulary (more hypotheses than subwords)."""
+    if cfg.beam > tokenizer.vocab_size:
+        raise UserError(
+            f"beam={cfg.beam} is wider than this run's vocabulary of {tokenizer.vocab_size} "
+            f"subwords: pass beam=1 to {tokenizer.vocab_size} (the paper: 4)"
+        )
+
+
+def apply_position_override(model, cfg: DictConfig) -> dict:
+    """Apply position_override's non-null inference-only settings; {} when none are given."""
+    settings = OmegaConf.to_container(cfg.get("position_override") or {}, resolve=True)
+    settings = {key: value for key, value in settings.items() if value is not None}
+    return model.apply_position_settings(settings) if settings else {}
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Translate a split (or files) with a run's checkpoint; write and return the scores.
+
+    Nothing is written unless the whole evaluation succeeds; the hypotheses and the JSON are
+    each written atomically.
+    """
+    check_options(cfg)
+    if cfg.src_file or cfg.ref_file:
+        srcs, refs, where = read_sources(cfg)
+    device = resolve_device(cfg.device)
+    run_dir = Path(cfg.run_dir)
+    state, tag = load_run(run_dir, str(cfg.checkpoint))
+    model, tokenizer = rebuild_model(state, device, run_dir)
+    check_beam(cfg, tokenizer)
+    position_override = apply_position_override(model, cfg)
+    split = str(cfg.split or "validation")
+    if cfg.src_file:
+        name = cfg.name or Path(cfg.src_file).stem
+    else:
+        dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
+        srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {split}"
+        name = cfg.name or f"{split}-{tag}-beam{cfg.beam}"
+    if cfg.engine == "ctranslate2" and not cfg.name:
+        name += "-ctranslate2"  # beside our engine's file of the same evaluation
+    if not srcs:
+        raise UserError(f"{where} has no lines: nothing to evaluate; pick another split or file")
+    ref_where = str(cfg.ref_file) if cfg.ref_file else None
+    kept, skipped = fitting_lines(
+        model, tokenizer, srcs, refs, cfg.max_len_b, cfg.long_inputs, where, cfg.max_input_len,
+        ref_where,
+    )  # fmt: skip
+    if not kept:
+        raise PositionRangeError(
+            f"no line of {where} fits the model's position table: nothing to evaluate"
+        )
+    skipped_indices = sorted(set(range(len(srcs))) - set(kept))  # lines left out, from 0
+    srcs = [srcs[i] for i in kept]
+    refs = [refs[i] for i in kept] if refs is not None else None
+    bf16 = use_bf16(cfg.precision, device)
+    hyps = translate_with(cfg, model, tokenizer, srcs, device, bf16)
+    hyp_path = run_dir / "eval" / f"{name}.hyp"
+    scores = {
+        "name": name,
+        "checkpoint": tag,
+        **checkpoint_record(state),
+        "split": None if cfg.src_file else split,
+        **search_record(cfg, bf16, position_override),
+        "n_sentences": len(hyps),
+        "hypotheses": str(hyp_path),
+        "skipped": skipped,
+        "skipped_indices": skipped_indices,
+    }
+    if refs is not None:
+        tgt_lang = state["config"]["data"]["tgt_lang"]
+        scores.update(reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang, cfg, device))
+    write_text(hyp_path, "".join(h + "\n" for h in hyps))
+    write_json(run_dir / "eval" / f"{name}.json", scores)
+    return scores
+
+
+def search_record(cfg: DictConfig, bf16: bool, position_override: dict) -> dict:
+    """The evaluation's inputs and search settings, as its JSON records them."""
+    return {
+        "src_file": str(Path(cfg.src_file).resolve()) if cfg.src_file else None,
+        "ref_file": str(Path(cfg.ref_file).resolve()) if cfg.ref_file else None,
+        "beam": cfg.beam,
+        "lenpen": cfg.lenpen,
+        "max_len_b": cfg.max_len_b,
+        "min_len": cfg.min_len,
+        "max_input_len": cfg.max_input_len,
+        "precision": "bf16" if bf16 else "fp32",
+        "position_override": position_override,
+        "engine": cfg.engine,
+        **(
+            {"ctranslate2_compute_type": cfg.ctranslate2_compute_type}
+            if cfg.engine == "ctranslate2"
+            else {}
+        ),
+    }
+
+
+def reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang: str, cfg, device) -> dict:
+    """BLEU (sacreBLEU, its signature; the paper's tokenized), chrF, PPL and BLEU by length."""
+    metric = sacrebleu.BLEU()
+    bleu = metric.corpus_score(hyps, [refs])
+    src_ids = [ids + [EOS_ID] for ids in tokenizer.encode(srcs)]
+    tgt_ids = [ids + [EOS_ID] for ids in tokenizer.encode(refs)]
+    return {
+        "bleu": round(bleu.score, 2),
+        "signature": str(metric.get_signature()),
+        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        "tok_bleu": round(tokenized_bleu(hyps, refs, tgt_lang), 2),
+        "ppl": round(perplexity(model, src_ids, tgt_ids, cfg.max_tokens, device), 3),
+        "by_length": bleu_by_length(srcs, hyps, refs),
+    }
+
+
+def translate_stdin(cfg: DictConfig) -> None:
+    """Translate the lines of stdin to stdout, one line for each (skipped or empty lines: '')."""
+    for handler in logging.getLogger().handlers:  # stdout carries the translations only
+        if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+            handler.setStream(sys.stderr)
+    check_options(cfg)
+    device = resolve_device(cfg.device)
+    run_dir = Path(cfg.run_dir)
+    model, tokenizer = rebuild_model(load_run(run_dir, str(cfg.checkpoint))[0], device, run_dir)
+    check_beam(cfg, tokenizer)
+    apply_position_override(model, cfg)
+    stdin = getattr(sys.stdin, "buffer", None)
+    lines = decode_lines(stdin, "stdin") if stdin else [line.rstrip("\r\n") for line in sys.stdin]
+    kept, _ = fitting_lines(
+        model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin", cfg.max_input_len
+    )
+    out = [""] * len(lines)
+    hyps = translate_with(
+        cfg, model, tokenizer, [lines[i] for i in kept], device, use_bf16(cfg.precision, device)
+    )
+    for i, text in zip(kept, hyps, strict=True):
+        out[i] = text
+    sys.stdout.write("".join(text + "\n" for text in out))

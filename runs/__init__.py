@@ -1,0 +1,1 @@
+"""Run management: run directory and its lock, checkpoints, resume checks, preemption, device."""

@@ -1,0 +1,1 @@
+"""Training: the loss, the optimizer and its schedule, one update, and train.py's logic."""
