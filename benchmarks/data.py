@@ -40,9 +40,9 @@ import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 
+from common.errors import DataError
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import prepare_data
-from common.errors import DataError
 from data.tokenizer import default_num_threads
 from evaluation.configs import compose_config
 from runs.device import hardware_name

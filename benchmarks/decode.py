@@ -33,9 +33,21 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from common.errors import UserError
-from benchmarks.models import build_models
+import sacrebleu
+import torch
+from omegaconf import OmegaConf
+from torch.profiler import ProfilerActivity, profile
+
 from benchmarks.flops import native_bf16
+from benchmarks.models import build_models
+from common.errors import UserError
+from data.batching import TokenBatchSampler, collate
+from data.corpus import load_split
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
+from interop.marian import marian_generate, to_marian
+from model.search import beam_search
+from runs.load import load_run, rebuild_model
 
 
 class EosSuppressed:
@@ -62,9 +74,6 @@ class EosSuppressed:
 
 def decode_ours(model, batches, beam: int, length: int) -> int:
     """Beam-search every batch with EOS held back to `length`; returns output tokens (EOS incl.)."""
-    from data.tokenizer import BOS_ID, EOS_ID
-    from model.search import beam_search
-
     suppressed = EosSuppressed(model, EOS_ID)
     tokens = 0
     for src in batches:
@@ -79,18 +88,14 @@ def decode_ours(model, batches, beam: int, length: int) -> int:
 
 def decode_ours_bf16(model, batches, beam: int, length: int) -> int:
     """decode_ours under bf16 autocast (what evaluate.py's precision=bf16 does)."""
-    import torch
-
     with torch.autocast("cpu", dtype=torch.bfloat16):
         return decode_ours(model, batches, beam, length)
 
 
 def decode_theirs(model, batches, beam: int, length: int) -> int:
     """Marian generate() on every batch, exactly `length` tokens + EOS; returns output tokens."""
-    import torch
+    # transformers deferred: optional (the bench extra), needed only with --vs hf
     from transformers import GenerationConfig
-
-    from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
     generation = GenerationConfig(
         num_beams=beam,
@@ -121,8 +126,6 @@ def decode_theirs(model, batches, beam: int, length: int) -> int:
 
 def profile_ours(model, batches, beam: int, length: int, top: int = 15) -> str:
     """Top operators (torch.profiler, self CPU time) and Python functions (cProfile) of ours."""
-    from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         decode_ours(model, batches, beam, length)
     ops = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top)
@@ -178,10 +181,6 @@ def benchmark_decode(
     **dims,
 ) -> dict:
     """Tokens/s of our beam search (and of HF Marian's with vs='hf'), median over repeats."""
-    import torch
-
-    from data.tokenizer import EOS_ID
-
     if length < 1 or sentences < 1 or repeats < 1 or beam < 2:
         raise UserError("need --length >= 1, --sentences >= 1, --repeats >= 1 and --beam >= 2")
     ours, theirs, model_cfg = build_models(model_name, vocab_size, vs == "hf", **dims)
@@ -225,6 +224,7 @@ def benchmark_decode(
             "seconds": statistics.median(times),
         }
     if "hf" in fig:
+        # transformers deferred: optional (the bench extra), needed only with --vs hf
         import transformers
 
         fig["ratio"] = fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
@@ -260,10 +260,6 @@ def decode_rows(fig: dict) -> list[tuple[str, ...]]:
 
 def our_ids(model, sources, beam, lenpen, max_len_b, max_tokens=4096) -> list[list[int]]:
     """Our search over sources (ids + EOS), batched as evaluation/translate.py does."""
-    from data.batching import TokenBatchSampler, collate
-    from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-    from model.search import beam_search
-
     lengths = [len(s) for s in sources]
     out: list[list[int]] = [[] for _ in sources]
     budget = max(max_tokens // beam, max(lengths))
@@ -289,16 +285,6 @@ def benchmark_engines(
     num_threads: int | None = None,
 ) -> dict:
     """Per system: tokens/s (median and range over repeats), seconds, sacreBLEU on the sentences."""
-    import sacrebleu
-    import torch
-    from omegaconf import OmegaConf
-
-    from data.corpus import load_split
-    from data.tokenizer import EOS_ID
-    from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
-    from runs.load import load_run, rebuild_model
-    from interop.marian import marian_generate, to_marian
-
     if sentences < 1 or beam < 1 or repeats < 1 or max_len_b < 1:
         raise UserError(
             f"--sentences {sentences}, --beam {beam}, --repeats {repeats}: pass --sentences >= "

@@ -6,6 +6,8 @@ import resource
 import sys
 import threading
 
+import torch
+
 
 class PeakMemory:
     """Peak resident memory (MiB): sampled over the process tree in the block, and getrusage's.
@@ -24,6 +26,7 @@ class PeakMemory:
 
     def __enter__(self) -> PeakMemory:
         try:
+            # psutil deferred: optional (the bench extra); without it, getrusage alone
             import psutil
         except ImportError:
             return self
@@ -84,8 +87,6 @@ class StepMemory:
         return tensor
 
     def __enter__(self) -> StepMemory:
-        import torch
-
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self._base = torch.cuda.memory_allocated(self.device)
@@ -96,8 +97,6 @@ class StepMemory:
         return self
 
     def __exit__(self, *exc) -> None:
-        import torch
-
         if self.track_saved:
             self._hooks.__exit__(*exc)
             self.saved_mib = sum(self._storages.values()) / 2**20

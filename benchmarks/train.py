@@ -10,8 +10,10 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
-from common.errors import UserError
-from benchmarks.models import ROOT, build_models
+import torch
+from omegaconf import OmegaConf
+from torch.profiler import ProfilerActivity, profile
+
 from benchmarks.flops import (
     default_precisions,
     gemm_peak,
@@ -21,7 +23,11 @@ from benchmarks.flops import (
     transformer_flops,
 )
 from benchmarks.memory import StepMemory
+from benchmarks.models import ROOT, build_models
+from common.errors import UserError
 from runs.device import cpu_flags, hardware_name
+from training.optim import noam_adam
+from training.step import train_step
 
 # torch.profiler operators (self CPU time, so the groups do not overlap) in the groups a profile
 # reports; an operator not named here is counted under "other operators"
@@ -95,8 +101,6 @@ def profile_step(step: Callable, batch: dict, steps: int = 2) -> dict:
     operator covers is OUTSIDE_OPERATORS. Also every operator's seconds, calls and FLOPs (the
     profiler's count, matrix products only) per step, and the rate of the step's GEMMs.
     """
-    from torch.profiler import ProfilerActivity, profile
-
     with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         start = time.perf_counter()
         for _ in range(steps):
@@ -131,12 +135,6 @@ def train_systems(
     model_name: str, vocab_size: int, with_hf: bool, device, compile_modes, precisions, **dims
 ):
     """Name -> (one training step, its model) for ours (fp32, bf16, compiled) and HF Marian."""
-    import torch
-    from omegaconf import OmegaConf
-
-    from training.optim import noam_adam
-    from training.step import train_step
-
     optim = OmegaConf.load(ROOT / "configs" / "optim" / "noam.yaml")
     ours, theirs, model_cfg = build_models(model_name, vocab_size, with_hf, **dims)
     systems = {}
@@ -158,6 +156,7 @@ def train_systems(
             name = f"ours {precision}" + (" compiled" if compiled else "")
             systems[name] = (our_step(model, precision == "bf16"), ours)
     if theirs is not None:
+        # transformers deferred: optional (the bench extra), needed only with --vs hf
         from transformers.trainer_pt_utils import LabelSmoother
 
         theirs = theirs.to(device).train()
@@ -212,8 +211,6 @@ def benchmark_train(
     profile_steps: after the timing, profile that many more steps of each system on the CPU
     (``profile_step``; 0: none).
     """
-    import torch
-
     if repeats < 1 or batch_size < 1 or length < 1:
         raise UserError("need --repeats >= 1, --batch-size >= 1 and --length >= 1")
     device = torch.device(device_name)

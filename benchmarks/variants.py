@@ -21,9 +21,9 @@ import torch
 from omegaconf import OmegaConf
 
 from common.errors import UserError
+from model.transformer import build_model, count_parameters
 from training.optim import noam_adam
 from training.step import train_step
-from model.transformer import build_model, count_parameters
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 BASELINE = "sinusoidal"

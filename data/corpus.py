@@ -57,11 +57,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.table import InMemoryTable
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from data.concatenation import join_training_pairs
 from common.errors import DataError, first_line
+from data.concatenation import join_training_pairs
 from data.tokenizer import (
     BOS_ID,
     CHARACTER_COVERAGE,
@@ -479,9 +481,6 @@ def _require(cfg: DictConfig, key: str) -> Any:
 
 def _instantiate_corpus(cfg: DictConfig) -> datasets.DatasetDict:
     """Build the corpus named by `data.corpus`."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
     node = _require(cfg, "corpus")
     try:  # full keys when cfg is the data node of a whole config, else relative to it
         unset = OmegaConf.missing_keys(cfg)

@@ -25,6 +25,7 @@ def split_compounds(text: str) -> str:
 
 def tokenized_bleu(hyps: list[str], refs: list[str], lang: str = "de") -> float:
     """The paper's BLEU: Moses-tokenize, split compounds, BLEU with tokenize='none'."""
+    # sacremoses deferred: its import takes over a second, and only the tokenized BLEU needs it
     from sacremoses import MosesTokenizer
 
     moses = MosesTokenizer(lang=lang)

@@ -17,8 +17,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
 from common.errors import UserError
 from common.files import read_json, write_json, write_text
+from data.corpus import load_split
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -98,8 +102,6 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
 
 def variant_names() -> dict[str, str]:
     """Position class name -> config name, read from configs/position/*.yaml."""
-    from omegaconf import OmegaConf
-
     names = {}
     for path in sorted(POSITION_CONFIGS.glob("*.yaml")):
         target = OmegaConf.load(path).get("_target_")
@@ -258,7 +260,6 @@ def lr_scale(run: Run) -> float | None:
     config_path = run.path / ".hydra" / "config.yaml"
     if not config_path.is_file():
         return None
-    from omegaconf import OmegaConf
 
     value = OmegaConf.select(OmegaConf.load(config_path), "optim.lr_scale")
     return None if value is None else float(value)
@@ -343,9 +344,6 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
     if run.scores.get("ref_file"):  # an evaluation of files records them (absolute)
         return references(run, Path(run.scores["ref_file"]))
     if run.scores.get("split") and run.scores.get("data"):  # the corpus config it scored
-        from data.corpus import load_split
-        from common.errors import UserError
-
         try:
             return list(load_split(run.scores["data"], run.scores["split"])["tgt"])
         except (UserError, ValueError) as e:
@@ -360,9 +358,6 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
             f"{run.path} has no .hydra/config.yaml to find the references of "
             f"{run.scores['name']}: pass --refs FILE (one reference a line) or --resamples 0"
         )
-    from omegaconf import OmegaConf
-
-    from data.corpus import load_split
 
     data_cfg = OmegaConf.to_container(OmegaConf.load(config_path).data, resolve=True)
     try:
@@ -506,8 +501,6 @@ def markdown(result: dict) -> str:
 
 def dev_ppl_curve(run_dir: Path) -> list[tuple[int, float]]:
     """(step, dev PPL) from a run's tensorboard events; a resumed step keeps its last value."""
-    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
-
     events = run_dir / "tensorboard"
     if not events.is_dir():
         return []

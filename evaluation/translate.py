@@ -5,8 +5,8 @@ import logging
 import torch
 
 from data.batching import TokenBatchSampler, collate
-from evaluation.bleu import BUCKET_LABELS, length_bucket
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
+from evaluation.bleu import BUCKET_LABELS, length_bucket
 from model.position import PositionRangeError
 from model.search import beam_search
 

@@ -46,6 +46,7 @@ def convert_model(model, tokenizer: Tokenizer, out_dir, quantization: str | None
 @contextmanager
 def ctranslate2_translator(model, tokenizer: Tokenizer, device, compute_type: str = "default"):
     """A ``ctranslate2.Translator`` of our model, converted into a temporary folder."""
+    # ctranslate2 deferred: optional (the export extra), needed only for engine=ctranslate2
     import ctranslate2
 
     if compute_type not in COMPUTE_TYPES:

@@ -65,6 +65,7 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
 
     max_positions: rows of the sinusoid table (CTranslate2 needs a finite one; ours has no cap).
     """
+    # ctranslate2 deferred: optional (the export extra), needed only to convert
     from ctranslate2.specs import common_spec, transformer_spec
 
     d = model.d_model
@@ -146,6 +147,7 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
 
 def save_ctranslate2(spec, out_dir, quantization: str | None = None) -> None:
     """Validate, optionally quantize (int8, ...) and write the spec as a CTranslate2 folder."""
+    # ctranslate2 deferred: optional (the export extra), needed only to convert
     from ctranslate2.converters.converter import Converter
 
     class SpecConverter(Converter):

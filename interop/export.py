@@ -22,8 +22,8 @@ import torch
 from common.errors import UserError
 from common.files import write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
-from runs.load import load_run, rebuild_model
 from interop.marian import check_mappable, layer_norm_eps, to_marian
+from runs.load import load_run, rebuild_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 
@@ -34,6 +34,7 @@ class ExportError(UserError):
 
 def write_tokenizer_files(tokenizer: Tokenizer, out: Path, src_lang: str, tgt_lang: str) -> None:
     """source.spm, target.spm (our joint model), vocab.json and MarianTokenizer's config."""
+    # transformers deferred: optional (the export extra), needed only to export
     from transformers import MarianTokenizer
 
     shutil.copyfile(tokenizer.path, out / "source.spm")
@@ -117,6 +118,7 @@ def export_hf(
 
 def generation_config(max_positions: int):
     """Greedy search (our evaluate.py beam=1), EOS forced at the last position."""
+    # transformers deferred: optional (the export extra), needed only to export
     from transformers import GenerationConfig
 
     return GenerationConfig(
@@ -139,10 +141,12 @@ def translate_with_transformers(folder: str | Path, sentences: list[str], batch_
     with padding, ``generate`` with the folder's generation config, decode without special
     tokens).
     """
+    # transformers deferred: optional (the export extra), needed only to export
     from transformers import MarianMTModel, MarianTokenizer
 
     folder = str(folder)
     try:
+        # transformers deferred: optional (the export extra); older releases lack the task
         from transformers import pipeline
 
         translator = pipeline("translation", model=folder, device="cpu")

@@ -23,6 +23,7 @@ here exactly:
 import torch
 
 from common.errors import UserError
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from model.position import SinusoidalPositionEncoding
 from model.transformer import Transformer
 
@@ -51,9 +52,8 @@ def check_mappable(model: Transformer) -> None:
 
 def marian_config(model: Transformer, max_positions: int = 1024, **overrides):
     """The ``MarianConfig`` of our model's dims and special ids (pad 0, BOS 2 starts, EOS 3)."""
+    # transformers deferred: optional (the export and bench extras), needed only to map
     from transformers import MarianConfig
-
-    from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
     first = model.encoder_layers[0] if len(model.encoder_layers) else model.decoder_layers[0]
     settings = dict(
@@ -149,6 +149,7 @@ def set_layer_norm_eps(marian: torch.nn.Module, eps: float) -> torch.nn.Module:
 
 def to_marian(model: Transformer, max_positions: int = 1024):
     """A ``MarianMTModel`` (eval mode, float32, SDPA attention) computing our model's logits."""
+    # transformers deferred: optional (the export and bench extras), needed only to map
     from transformers import MarianMTModel
 
     config = marian_config(model, max_positions)
@@ -179,8 +180,6 @@ def marian_generate(
     ``forced_eos_token_id``. Beam > 1 is Hugging Face's beam search, which divides log P(Y) by
     |Y|^lenpen, not the paper's GNMT penalty. Returns the outputs without start token and EOS.
     """
-    from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
     out: list[list[int]] = [[] for _ in sources]
     by_length: dict[int, list[int]] = {}
     for i, ids in enumerate(sources):

@@ -12,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from data.tokenizer import PAD_ID, Tokenizer
+from model.transformer import build_model
 from runs.checkpoint import (
     RUN_TOKENIZER,
     STEP_FILE,
@@ -21,7 +22,6 @@ from runs.checkpoint import (
     load_checkpoint,
     step_checkpoints,
 )
-from model.transformer import build_model
 
 
 def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:

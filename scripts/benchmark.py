@@ -51,7 +51,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from common.errors import report_user_errors
+import torch
+
 from benchmarks.data import MULTI30K, WMT14_TRAIN_PAIRS, benchmark_data, data_rows
 from benchmarks.decode import (
     benchmark_decode,
@@ -66,6 +67,8 @@ from benchmarks.train import (
     top_operator_rows,
     train_rows,
 )
+from benchmarks.variants import variant_cost_rows, variant_step_times
+from common.errors import report_user_errors
 from evaluation.tables import format_table, machine_line
 
 
@@ -153,8 +156,6 @@ def run_decode(args: argparse.Namespace) -> dict:
 
 def run_variant_cost(args: argparse.Namespace) -> dict:
     """`train --variants`: each position variant's step time relative to sinusoidal."""
-    from benchmarks.variants import variant_cost_rows, variant_step_times
-
     fig = variant_step_times(
         args.model,
         args.variants,
@@ -359,8 +360,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
     args = parser.parse_args(argv)
     if getattr(args, "command", None) == "train":
-        import torch
-
         if args.device not in ("cpu", "cuda"):
             parser.error(f"--device {args.device}: pass cpu or cuda")
         if args.profile and args.device != "cpu":

@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-from runs.load import load_run
 from runs.checkpoint import load_checkpoint, step_checkpoints
+from runs.load import load_run
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from training.launch import train
 

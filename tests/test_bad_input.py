@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from data.corpus import prepare_data
 from common.errors import UserError
+from data.corpus import prepare_data
 from data.tokenizer import MODEL_FILE
 from evaluation.evaluate import evaluate, translate_stdin
 from interop.ctranslate2_engine import COMPUTE_TYPES

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from data.batching import TokenBatchSampler, collate, padding_fraction
 from common.errors import UserError
+from data.batching import TokenBatchSampler, collate, padding_fraction
 from data.tokenizer import BOS_ID, PAD_ID
 
 N = 20_000

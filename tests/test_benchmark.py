@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from data.corpus import load_hub
 from benchmarks.data import (
     EVAL_PAIRS,
     PHASES,
@@ -21,6 +20,7 @@ from benchmarks.data import (
     write_hub_corpus,
 )
 from benchmarks.decode import benchmark_decode
+from benchmarks.flops import transformer_flops
 from benchmarks.models import build_models
 from benchmarks.train import (
     OTHER_OPERATORS,
@@ -32,7 +32,7 @@ from benchmarks.train import (
     profile_group,
     profile_step,
 )
-from benchmarks.flops import transformer_flops
+from data.corpus import load_hub
 from evaluation.tables import format_table
 from tests.conftest import script_main, shared_data
 

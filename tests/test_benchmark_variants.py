@@ -2,12 +2,12 @@
 
 import pytest
 
-from common.errors import UserError
 from benchmarks.variants import (
     position_variants,
     variant_cost_rows,
     variant_step_times,
 )
+from common.errors import UserError
 from tests.conftest import POSITION_CONFIGS, script_main
 
 TINY_DIMS = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_positions": 64}

@@ -3,7 +3,13 @@
 import pytest
 import sacrebleu
 
-from evaluation.bleu import BUCKET_LABELS, bleu_by_length, length_bucket, split_compounds, tokenized_bleu
+from evaluation.bleu import (
+    BUCKET_LABELS,
+    bleu_by_length,
+    length_bucket,
+    split_compounds,
+    tokenized_bleu,
+)
 
 
 def test_tokenized_bleu_splits_compounds_the_papers_way():

@@ -2,9 +2,9 @@
 
 import pytest
 
+from common.errors import UserError
 from data.concatenation import join_consecutive_lines, join_training_pairs, leftover_lines
 from data.corpus import prepare_data
-from common.errors import UserError
 from data.tokenizer import EOS_ID
 from tests.conftest import compose_config
 

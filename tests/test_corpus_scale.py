@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from common.errors import DataError
 from data.batching import TokenBatchSampler
 from data.corpus import (
     MAX_AUTO_PROCS,
@@ -25,7 +26,6 @@ from data.corpus import (
     resolve_num_proc,
     sequence_lengths,
 )
-from common.errors import DataError
 from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
 from tests.conftest import ROOT, default_sigint, tiny_run_overrides
 from tests.test_corpus import toy_parallel

@@ -13,8 +13,8 @@ from common.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID
 from evaluation.evaluate import evaluate
 from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
-from runs.load import load_run
 from interop.ctranslate2_spec import ctranslate2_spec
+from runs.load import load_run
 from tests.conftest import compose_config, tiny_model
 
 VOCAB = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, 40)]

@@ -14,10 +14,10 @@ import pytest
 from common.errors import DataError, UserError, report_user_errors
 from evaluation.compare import CompareError
 from evaluation.extrapolation import StudyError
-from runs.checkpoint import CheckpointError, CheckpointWriteError
 from model.position import PositionRangeError
-from training.step import DivergenceError
+from runs.checkpoint import CheckpointError, CheckpointWriteError
 from tests.conftest import ROOT
+from training.step import DivergenceError
 
 
 @pytest.mark.parametrize(
@@ -102,10 +102,10 @@ USER_ERRORS = {
 # a bug planted in a function each entry point calls (a RuntimeError no user can fix)
 BUGS = {
     "train": ("data.corpus", "prepare_data", ["train.py", "hydra.run.dir={tmp}"]),
-    "evaluate": ("evaluation.run", "load_run", ["evaluate.py", "run_dir=/tmp"]),
+    "evaluate": ("runs.load", "load_run", ["evaluate.py", "run_dir=/tmp"]),
     "compare": ("evaluation.compare", "find_run_dirs", ["scripts/compare.py", "{tmp}"]),
     "average_checkpoints": (
-        "model.checkpoint",
+        "runs.checkpoint",
         "step_checkpoints",
         ["scripts/average_checkpoints.py", "--run-dir", "{tmp}", "--out", "{tmp}/avg.pt"],
     ),

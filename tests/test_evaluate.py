@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from common.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, Tokenizer
 from evaluation.evaluate import evaluate
-from runs.load import load_run, rebuild_model
 from evaluation.translate import translate
-from runs.checkpoint import CheckpointError
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
+from runs.checkpoint import CheckpointError
+from runs.load import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 LEARNED_ROWS = 80

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from runs.record import code_version, read_segments
 from runs.device import machine_description
+from runs.record import code_version, read_segments
 from tests.conftest import compose_config
 from tests.test_reliability import quick_overrides
 from training.launch import train

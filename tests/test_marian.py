@@ -11,15 +11,15 @@ tokens sentence for sentence.
 import pytest
 import torch
 
+from common.errors import UserError
 from data.batching import collate
 from data.corpus import read_lines
-from common.errors import UserError
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, train_tokenizer
 from data.toy import toy_pairs
-from training.loss import forward_backward
 from interop.marian import channel_permutation, marian_generate, set_layer_norm_eps, to_marian
 from model.search import greedy_search
 from tests.conftest import POSITION_CONFIGS, shared_data, tiny_model
+from training.loss import forward_backward
 
 LOGITS_ATOL = 2e-5
 SAMPLE = 24

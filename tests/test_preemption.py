@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from runs.record import read_segments
 from runs.checkpoint import load_checkpoint
 from runs.preemption import StopSignals
+from runs.record import read_segments
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from training.launch import train
 

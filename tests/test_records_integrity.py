@@ -20,11 +20,11 @@ import pytest
 import torch
 import yaml
 
-from runs.record import start_segment
 from data.toy import main as write_toy_corpus
 from runs.checkpoint import CheckpointError, load_checkpoint
-from runs.resume import ResumeError
 from runs.directory import LOCK_FILE, EarlierRecordsError
+from runs.record import start_segment
+from runs.resume import ResumeError
 from tests.conftest import ROOT, compose_config
 from tests.test_reliability import quick_overrides
 from training.launch import train

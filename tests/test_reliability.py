@@ -27,8 +27,8 @@ import pytest
 import torch
 
 import runs.checkpoint as checkpoint
-from data.corpus import prepare_data
 from common.errors import UserError
+from data.corpus import prepare_data
 from data.toy import main as write_toy_corpus
 from evaluation.evaluate import evaluate, translate_stdin
 from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, step_checkpoints
@@ -347,14 +347,14 @@ def poison_losses(monkeypatch, bad_calls: range) -> None:
     """Make the training loss NaN on the given (0-based) calls of label_smoothed_loss."""
     import training.loss
 
-    real, calls = model.loss.label_smoothed_loss, {"n": 0}
+    real, calls = training.loss.label_smoothed_loss, {"n": 0}
 
     def loss(*args, **kwargs):
         value, nll = real(*args, **kwargs)
         calls["n"] += 1
         return (value * float("nan"), nll) if calls["n"] - 1 in bad_calls else (value, nll)
 
-    monkeypatch.setattr(model.loss, "label_smoothed_loss", loss)
+    monkeypatch.setattr(training.loss, "label_smoothed_loss", loss)
 
 
 def test_non_finite_updates_are_skipped_and_counted(tmp_path, cache_dir, monkeypatch, caplog):

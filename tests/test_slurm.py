@@ -17,8 +17,8 @@ import pytest
 import torch
 import yaml
 
-from runs.record import read_segments
 from runs.checkpoint import load_checkpoint
+from runs.record import read_segments
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from training.launch import train
 

@@ -274,8 +274,8 @@ def test_every_variant_builds_and_trains_in_the_quickstart_and_multi30k_experime
     multi30k_small and extrapolation_multi30k build the same small model as table3_multi30k
     (in fp32 / bf16): composing them is enough.
     """
-    from training.loss import forward_backward
     from tests.conftest import compose_config
+    from training.loss import forward_backward
 
     for experiment in ("multi30k_small", "extrapolation_multi30k"):
         cfg = compose_config([f"experiment={experiment}", f"position={position_yaml.stem}"])
