@@ -8,10 +8,10 @@ optional dependency) says so in a comment naming the dependency.
 
 import ast
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tests.conftest import ROOT
 
@@ -191,7 +191,9 @@ def test_the_checker_catches_a_climb_a_sibling_an_entry_point_and_a_silent_defer
     paths = project_files(tmp_path)
     known, tops = {module_name(p, tmp_path) for p in paths}, internal_tops(tmp_path)
     deps = dependency_names(tmp_path)
-    found = {str(p.relative_to(tmp_path)): violations(p, tmp_path, known, tops, deps) for p in paths}
+    found = {
+        str(p.relative_to(tmp_path)): violations(p, tmp_path, known, tops, deps) for p in paths
+    }
     assert len(found["model/net.py"]) == 2  # runs/ is above; data/ is a sibling
     assert "an entry point" in found["runs/state.py"][0]
     assert len(found["data/corpus.py"]) == 1 and "line 2" in found["data/corpus.py"][0]

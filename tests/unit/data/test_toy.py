@@ -4,7 +4,6 @@ import os
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import datasets
 import pytest
@@ -25,9 +24,9 @@ from data.toy import (
     toy_corpus,
     toy_pairs,
 )
+from tests.conftest import ROOT
 
 SIZES = {"train_size": 2000, "validation_size": 200, "test_size": 200, "test_long_size": 100}
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

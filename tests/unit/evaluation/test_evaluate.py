@@ -291,7 +291,7 @@ def test_checkpoint_from_another_tokenizer_is_refused(trained_run, tmp_path):
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
-    from tests.test_checkpoint import RunsCode, fake_state
+    from tests.unit.runs.test_checkpoint import RunsCode, fake_state
 
     marker = tmp_path / "pwned"
     torch.save(

@@ -28,8 +28,8 @@ from data.corpus import (
 )
 from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
 from tests.conftest import ROOT, default_sigint, tiny_run_overrides
-from tests.test_corpus import toy_parallel
-from tests.test_distributed import free_port
+from tests.e2e.test_distributed import free_port
+from tests.unit.data.test_corpus import toy_parallel
 
 # whitespace-only texts of several kinds (Arrow's trim and str.split must agree with the cache)
 ODD = ["   ", "\t", "\u3000", "\u00a0 \u2003", "", "x\u200by", "ok", " ".join(["long"] * 90)]

@@ -26,7 +26,7 @@ from runs.directory import LOCK_FILE, EarlierRecordsError
 from runs.record import start_segment
 from runs.resume import ResumeError
 from tests.conftest import ROOT, compose_config
-from tests.test_reliability import quick_overrides
+from tests.e2e.test_reliability import quick_overrides
 from training.launch import train
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from evaluation.compare import TABLE3_EVAL
 from tests.conftest import ROOT, script_main
-from tests.test_reliability import quick_overrides, run_cli
+from tests.e2e.test_reliability import quick_overrides, run_cli
 
 compare = script_main("compare")
 

@@ -9,7 +9,7 @@ import torch
 from runs.device import machine_description
 from runs.record import code_version, read_segments
 from tests.conftest import compose_config
-from tests.test_reliability import quick_overrides
+from tests.e2e.test_reliability import quick_overrides
 from training.launch import train
 
 

@@ -22,9 +22,9 @@ from data.tokenizer import MODEL_FILE
 from evaluation.evaluate import evaluate, translate_stdin
 from interop.ctranslate2_engine import COMPUTE_TYPES
 from runs.load import load_run
-from tests import test_reliability as reliability
 from tests.conftest import ROOT, compose_config, default_sigint, script_main, tiny_model
-from tests.test_reliability import run_cli, text_overrides
+from tests.e2e import test_reliability as reliability
+from tests.e2e.test_reliability import run_cli, text_overrides
 from training.launch import check_space, checkpoint_bytes, train
 
 bad = reliability.bad  # the fixture: corpora (good and broken) and a 2-step run, one folder
