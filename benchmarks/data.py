@@ -178,7 +178,7 @@ def run_launch(corpus: Path, cache: Path, settings: dict, out: Path, ranks: int 
     """Run one launch in fresh processes (ranks > 1: torch.distributed.run on gloo)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(cache / "hf")}
     env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
-    module = ["-m", "evaluation.benchmark_data", str(corpus), str(cache), str(out)]
+    module = ["-m", "benchmarks.data", str(corpus), str(cache), str(out)]
     module += [f"{key}={value}" for key, value in settings.items()]
     command = [sys.executable, *module]
     if ranks > 1:

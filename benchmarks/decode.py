@@ -9,8 +9,8 @@ finishes early and both run ``length + 1`` decoder steps on ``batch x beam`` row
 
 ``benchmark_engines`` (``decode --run-dir RUN``): decoding speed and BLEU of one trained run
 through every engine, on the same sentences: our search (model/search.py), CTranslate2 in
-float32 and int8 (evaluation/ctranslate2_engine.py) and Hugging Face
-``MarianMTModel.generate`` on the run's weights mapped by model/marian.py (LayerNorm eps set to
+float32 and int8 (interop/ctranslate2_engine.py) and Hugging Face
+``MarianMTModel.generate`` on the run's weights mapped by interop/marian.py (LayerNorm eps set to
 ours, so it is the same network). A/B interleaved in one process: one warm-up of each, then
 ``repeats`` rounds of ours, CTranslate2 float32, CTranslate2 int8, HF. Every system reads our
 subword ids (source + EOS) and returns output ids, so tokenization is not timed; tokens/s counts

@@ -1,4 +1,4 @@
-"""The training benchmark: full training steps (the one train.py runs, ``model.training.
+"""The training benchmark: full training steps (the one train.py runs, ``training.step.
 train_step``) in fp32 and bf16, optionally against HF Marian trained the way its Trainer does,
 A/B interleaved; tokens/s, GFLOP/s, MFU against the measured GEMM peak, step memory, and where
 a step's time goes (torch.profiler, ``--profile``) (scripts/benchmark.py train)."""

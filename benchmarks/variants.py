@@ -1,6 +1,6 @@
 """What each position variant costs: its training step time relative to sinusoidal (§3.5).
 
-The step is ``model.training.train_step``, the update train.py runs (forward, label-smoothed
+The step is ``training.step.train_step``, the update train.py runs (forward, label-smoothed
 loss, backward, clipping, Adam and schedule step).
 
 Every variant of ``configs/position/`` trains the same model on the same random batch; the steps

@@ -1,4 +1,4 @@
-"""Translation through CTranslate2: a run converted (model/ctranslate2_spec.py) and decoded there.
+"""Translation through CTranslate2: a run converted (interop/ctranslate2_spec.py) and decoded there.
 
 ``evaluate.py engine=ctranslate2`` and ``scripts/benchmark.py decode`` use it; our own search
 (model/search.py) stays the default engine. Sentences are tokenized by our SentencePiece model

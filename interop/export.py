@@ -5,12 +5,12 @@ The folder loads with ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.fr
 model (data/tokenizer.py: pad 0, unk 1, bos 2, eos 3) serves both sides: ``source.spm`` and
 ``target.spm`` are the same file, and ``vocab.json`` maps every piece to its SentencePiece id,
 so MarianTokenizer yields our ids and appends EOS as we do. The weights are mapped by
-model/marian.py (sinusoidal runs only).
+interop/marian.py (sinusoidal runs only).
 
 One difference cannot be written into the folder: Marian's LayerNorms use eps 1e-5, hard-coded
 (``MarianConfig`` has no eps field), where ours default to 1e-6. ``export.json`` records both;
-``tests/test_export.py`` measures the effect (docs/interop.md). Callers that
-want the exact network set the modules' eps after loading: ``model.marian.set_layer_norm_eps``.
+``tests/e2e/test_export.py`` measures the effect (docs/interop.md). Callers that
+want the exact network set the modules' eps after loading: ``interop.marian.set_layer_norm_eps``.
 """
 
 import json

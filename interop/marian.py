@@ -17,7 +17,7 @@ here exactly:
 - Marian's LayerNorms are ``nn.LayerNorm(d_model)`` with torch's default eps 1e-5, hard-coded
   (``MarianConfig`` has no eps field); ours default to 1e-6 (tensor2tensor). ``set_layer_norm_eps``
   sets the modules' eps after building or loading; a folder loaded with ``from_pretrained``
-  alone runs at 1e-5 (evaluation/export.py measures what that changes).
+  alone runs at 1e-5 (interop/export.py measures what that changes).
 """
 
 import torch

@@ -155,7 +155,7 @@ def prune_checkpoints(directory: str | Path, keep: int) -> None:
 def check_same_run(first: dict, first_path: Path, other: dict, other_path: Path) -> None:
     """CheckpointError unless two checkpoints share the tokenizer and every trajectory setting.
 
-    Settings that leave the training as it was (model.resume.KEEP_THE_MATH: a raised max_steps,
+    Settings that leave the training as it was (runs.resume.KEEP_THE_MATH: a raised max_steps,
     logging, ...) may differ, as they do between the segments of one resumed run.
     """
     tokenizers = [str(s.get("tokenizer", {}).get("sha256"))[:12] for s in (first, other)]

@@ -6,28 +6,28 @@
     python scripts/benchmark.py train  [--model base small] [--vs hf] [--profile] [--device cuda]
     python scripts/benchmark.py train --variants [relative t5 ...] [--model small base]
 
-``data`` (evaluation/benchmark_data.py) writes a corpus of WMT14's size (``--pairs``, 4,508,785
+``data`` (benchmarks/data.py) writes a corpus of WMT14's size (``--pairs``, 4,508,785
 by default) in the hub's wmt/wmt14 layout (parquet shards; Multi30k sentences joined, a long tail
 of rare words) under ``--workdir`` (a temporary folder by default; deleted at the end unless
 ``--keep``), then times launches of the real data path, each in its own process as train.py
 runs it (``prepare_data``, lengths, ``plan_update``, ``TokenBatchSampler``): cold, warm, and
 warm on two gloo DDP ranks, phase by phase, with peak RSS and each rank's private memory.
 
-``decode`` (evaluation/benchmark_decode.py) times ``model.search.beam_search`` on a randomly
+``decode`` (benchmarks/decode.py) times ``model.search.beam_search`` on a randomly
 initialised model of the dims of ``configs/model/<--model>.yaml``; ``--vs hf`` times Hugging Face
 ``MarianMTModel.generate`` on a model of identical dims, A/B interleaved, both producing exactly
 the same number of tokens, and prints the ratio of tokens/s. ``--profile`` prints where our time
 goes.
 
-``decode --run-dir RUN`` (evaluation/benchmark_decode.py, ``benchmark_engines``) decodes real
+``decode --run-dir RUN`` (benchmarks/decode.py, ``benchmark_engines``) decodes real
 sentences of a trained run through every engine, interleaved, and scores each: our search,
 CTranslate2 float32 and int8, HF ``generate`` on the mapped weights.
 
-``train`` (evaluation/benchmark_train.py) times full training steps, the ``train_step`` train.py
+``train`` (benchmarks/train.py) times full training steps, the ``train_step`` train.py
 runs (forward, label-smoothed loss, backward, clipping, Adam and schedule step), on random
 batches of ``--batch-size`` sentences x ``--length`` tokens a side, in fp32 and bf16; ``--vs hf``
 adds HF Marian trained the way its Trainer does. It prints tokens/s, GFLOP/s by
-``evaluation.flops.transformer_flops`` (checked against torch's FLOP counter in the tests), MFU
+``benchmarks.flops.transformer_flops`` (checked against torch's FLOP counter in the tests), MFU
 against the GEMM peak measured in the same run, and the memory autograd saves for backward.
 ``--profile [STEPS]`` then profiles STEPS more steps of each system (torch.profiler, self CPU
 time): seconds per step by operator group (GEMMs, attention, dropout masks, copies, ...), what no

@@ -2,7 +2,7 @@
 
 The folder (weights, config, generation config, source.spm/target.spm/vocab.json) loads with
 ``MarianMTModel.from_pretrained(F)`` and ``MarianTokenizer.from_pretrained(F)`` without network
-and translates greedily as ``evaluate.py beam=1``; see evaluation/export.py. Sinusoidal runs only.
+and translates greedily as ``evaluate.py beam=1``; see interop/export.py. Sinusoidal runs only.
 """
 
 import argparse

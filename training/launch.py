@@ -461,7 +461,7 @@ def check_new_run(run_dir: Path, start_over: bool) -> None:
 def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict | None, list]:
     """The checkpoint to resume (None: a new run) and the harmless settings this launch changes.
 
-    A change of any setting that alters the training is refused (model.resume.check_resume);
+    A change of any setting that alters the training is refused (runs.resume.check_resume);
     one that changes only the rounding (threads, device, compile) is allowed with a warning.
     """
     resumed = load_latest_checkpoint(Path(cfg.run_dir) / "checkpoints", warn=log.warning)

@@ -1,6 +1,6 @@
 """The bad-input matrix, evaluation side: records bound to the weights they describe, bounded
 search, and one `error:` line (no traceback) for each user error of evaluate.py, compare.py,
-average_checkpoints.py and benchmark.py. Tiny real runs from tests/test_reliability.py's corpus.
+average_checkpoints.py and benchmark.py. Tiny real runs from tests/e2e/test_reliability.py's corpus.
 """
 
 import hashlib

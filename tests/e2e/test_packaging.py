@@ -1,8 +1,8 @@
 """pyproject.toml: `pip install -e .` installs the dependencies only, never a module of ours.
 
-Hugging Face's `evaluate` (and any `model`, `data` or `train`) must stay importable beside this
-project: an editable install of a copy of the checkout into a temporary prefix must leave none
-of our top-level names importable from outside the checkout.
+Hugging Face's `evaluate` (and any `model`, `data`, `runs`, `common` or `train`) must stay
+importable beside this project: an editable install of a copy of the checkout into a temporary
+prefix must leave none of our top-level names importable from outside the checkout.
 """
 
 import shutil
@@ -13,7 +13,10 @@ from pathlib import Path
 
 from tests.conftest import ROOT
 
-OUR_NAMES = ("evaluate", "train", "model", "data", "evaluation", "scripts")
+PACKAGES = (
+    "common", "model", "data", "runs", "interop", "evaluation", "training", "benchmarks", "scripts"
+)  # fmt: skip
+OUR_NAMES = ("evaluate", "train", *PACKAGES)
 CHECK = """
 import importlib, site, sys
 site.addsitedir(sys.argv[1])  # processes the .pth files an editable install writes
@@ -31,7 +34,7 @@ def test_an_editable_install_puts_none_of_our_modules_on_the_path(tmp_path):
     checkout.mkdir()
     for name in ("pyproject.toml", "README.md", "train.py", "evaluate.py"):
         shutil.copy(ROOT / name, checkout / name)
-    for folder in ("model", "data", "evaluation", "scripts"):
+    for folder in PACKAGES:
         shutil.copytree(ROOT / folder, checkout / folder, ignore=shutil.ignore_patterns("__py*"))
     prefix = tmp_path / "prefix"
     install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation"]

@@ -1,4 +1,4 @@
-"""evaluation/benchmark_variants.py: every variant timed against sinusoidal; the command line."""
+"""benchmarks/variants.py: every variant timed against sinusoidal; the command line."""
 
 import pytest
 

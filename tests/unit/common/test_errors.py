@@ -1,4 +1,4 @@
-"""data/errors.py: one base class for user errors, one wrapper shared by every entry point.
+"""common/errors.py: one base class for user errors, one wrapper shared by every entry point.
 
 In process: the wrapper turns a UserError (or an OSError naming a file) into one `error:` line
 and exit status 1, and lets anything else through. On the command line, for each entry point:

@@ -1,4 +1,4 @@
-"""data/files.py: atomic text and JSON writes."""
+"""common/files.py: atomic text and JSON writes."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""data/bleu.py: the paper's tokenized BLEU, and BLEU per source-length bucket."""
+"""evaluation/bleu.py: the paper's tokenized BLEU, and BLEU per source-length bucket."""
 
 import pytest
 import sacrebleu

@@ -2,7 +2,7 @@
 
 Our sinusoidal Transformer (tiny dims, trained TRAIN_STEPS Adam steps so that it ends sentences
 with EOS) with a real SentencePiece model trained on the corpus, its weights mapped by
-model/marian.py into ``transformers.MarianMTModel``, on a real corpus sample: the toy corpus
+interop/marian.py into ``transformers.MarianMTModel``, on a real corpus sample: the toy corpus
 (data/toy.py) and Multi30k (../shared/data/multi30k). Float32; teacher-forced logits agree within
 LOGITS_ATOL (measured: 2.2e-6 and 2.4e-6 on logits up to 8) and greedy search gives the same
 tokens sentence for sentence.

@@ -1,4 +1,4 @@
-"""model/checkpoint.py: atomic saves, code-free loading, rotation, averaging, fallback."""
+"""runs/checkpoint.py: atomic saves, code-free loading, rotation, averaging, fallback."""
 
 import os
 import pickle

@@ -1,4 +1,4 @@
-"""model/device.py: device names and the bf16 precision switch."""
+"""runs/device.py: device names and the bf16 precision switch."""
 
 import pytest
 import torch

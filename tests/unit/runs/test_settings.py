@@ -1,4 +1,4 @@
-"""model/training_settings.py and model/resume.py: settings refused before any data is read."""
+"""runs/settings.py and runs/resume.py: settings refused before any data is read."""
 
 import pytest
 

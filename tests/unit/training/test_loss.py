@@ -1,4 +1,4 @@
-"""model/loss.py: label-smoothed cross-entropy against its definition and F.cross_entropy."""
+"""training/loss.py: label-smoothed cross-entropy against its definition and F.cross_entropy."""
 
 import torch
 import torch.nn.functional as F

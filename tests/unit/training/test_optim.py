@@ -1,4 +1,4 @@
-"""model/optim.py: the §5.3 learning-rate schedule and the optimizer train.py builds."""
+"""training/optim.py: the §5.3 learning-rate schedule and the optimizer train.py builds."""
 
 import torch
 
