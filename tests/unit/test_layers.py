@@ -109,9 +109,10 @@ def violations(path: Path, root: Path, known: set[str], tops: set[str], deps: se
         comment = comment_near(lines, node)
         named = {t.split(".")[0] for t in imported_modules(node, known)} | deps
         if "deferred" not in comment or not any(name in comment for name in named):
+            what = ", ".join(imported_modules(node, known))
             found.append(
-                f"line {node.lineno}: an import inside a function without a comment saying "
-                "which dependency it defers"
+                f"line {node.lineno}: imports {what} inside a function without a comment "
+                "saying which dependency it defers"
             )
     return found
 
