@@ -62,7 +62,7 @@ def join_training_pairs(
     pair is used exactly once, in corpus order, so the condition sees the same sentences and
     tokens as the one-sentence corpus, segmented differently. The ids of a joined line are the
     parts' subwords with one EOS at the end: SentencePiece splits at whitespace, so this equals
-    encoding the joined text (tests/test_concatenation.py checks it on a real tokenizer).
+    encoding the joined text (tests/unit/data/test_concatenation.py checks it on a real tokenizer).
     Returns the new split and counts: ``input`` pairs, ``lines`` out and ``joined`` lines.
     """
     if not 0.0 <= float(share) <= 1.0:
