@@ -166,6 +166,29 @@ def time_interleaved(
     return seconds
 
 
+def decode_figures(times: list[float], tokens: int, sentences: int) -> dict:
+    """One system's tokens/s (median and range), sentences/s and seconds over the timed runs."""
+    rates = [tokens / t for t in times]
+    return {
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_min": min(rates),
+        "tokens_per_s_max": max(rates),
+        "sentences_per_s": statistics.median(sentences / t for t in times),
+        "seconds": statistics.median(times),
+    }
+
+
+def add_hf_ratios(fig: dict) -> None:
+    """Add ours' tokens/s over HF Marian's (fp32; bf16 where timed) and transformers' version."""
+    # transformers deferred: optional (the bench extra), needed only with --vs hf
+    import transformers
+
+    fig["ratio"] = fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
+    if "ours bf16" in fig:
+        fig["ratio_bf16"] = fig["ours bf16"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
+    fig["transformers_version"] = transformers.__version__
+
+
 def benchmark_decode(
     sentences: int = 256,
     beam: int = 4,
@@ -215,22 +238,9 @@ def benchmark_decode(
         "load_average": os.getloadavg(),
     }
     for name, times in seconds.items():
-        rates = [fig["tokens"] / t for t in times]
-        fig[name] = {
-            "tokens_per_s": statistics.median(rates),
-            "tokens_per_s_min": min(rates),
-            "tokens_per_s_max": max(rates),
-            "sentences_per_s": statistics.median(sentences / t for t in times),
-            "seconds": statistics.median(times),
-        }
+        fig[name] = decode_figures(times, fig["tokens"], sentences)
     if "hf" in fig:
-        # transformers deferred: optional (the bench extra), needed only with --vs hf
-        import transformers
-
-        fig["ratio"] = fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
-        if "ours bf16" in fig:
-            fig["ratio_bf16"] = fig["ours bf16"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
-        fig["transformers_version"] = transformers.__version__
+        add_hf_ratios(fig)
     if report is not None:
         fig["profile"] = report
     return fig
@@ -270,6 +280,43 @@ def our_ids(model, sources, beam, lenpen, max_len_b, max_tokens=4096) -> list[li
         for i, hyp in zip(batch, hyps, strict=True):
             out[i] = hyp
     return out
+
+
+def time_engines(
+    systems: dict[str, Callable[[], list[list[int]]]], repeats: int, echo: Callable[[str], None]
+) -> tuple[dict[str, list[float]], dict[str, list[list[int]]]]:
+    """Each system's decode timed repeats times after a warm-up, A/B interleaved; its last ids."""
+    seconds: dict[str, list[float]] = {name: [] for name in systems}
+    outputs: dict[str, list[list[int]]] = {}
+    for run in range(repeats + 1):
+        for name, decode in systems.items():
+            start = time.perf_counter()
+            outputs[name] = decode()
+            elapsed = time.perf_counter() - start
+            tokens = sum(len(h) + 1 for h in outputs[name])
+            what = "warm-up" if run == 0 else f"run {run}/{repeats}"
+            echo(f"{name:>16} {what}: {elapsed:.2f} s, {tokens / elapsed:,.0f} tokens/s")
+            if run:
+                seconds[name].append(elapsed)
+    return seconds, outputs
+
+
+def engine_figures(
+    times: list[float], ids: list[list[int]], ours: list[list[int]], tokenizer, refs: list[str]
+) -> dict:
+    """One system's tokens/s (median, range), seconds, sacreBLEU, outputs identical to ours."""
+    tokens = sum(len(h) + 1 for h in ids)
+    rates = [tokens / t for t in times]
+    hyps = tokenizer.decode(ids)
+    return {
+        "tokens": tokens,
+        "tokens_per_s": statistics.median(rates),
+        "tokens_per_s_min": min(rates),
+        "tokens_per_s_max": max(rates),
+        "seconds": statistics.median(times),
+        "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
+        "same_as_ours": sum(a == b for a, b in zip(ids, ours, strict=True)),
+    }
 
 
 def benchmark_engines(
@@ -313,18 +360,7 @@ def benchmark_engines(
             ),
             "hf generate fp32": lambda: marian_generate(marian, sources, beam, lenpen, max_len_b),
         }
-        seconds: dict[str, list[float]] = {name: [] for name in systems}
-        outputs: dict[str, list[list[int]]] = {}
-        for run in range(repeats + 1):
-            for name, decode in systems.items():
-                start = time.perf_counter()
-                outputs[name] = decode()
-                elapsed = time.perf_counter() - start
-                tokens = sum(len(h) + 1 for h in outputs[name])
-                what = "warm-up" if run == 0 else f"run {run}/{repeats}"
-                echo(f"{name:>16} {what}: {elapsed:.2f} s, {tokens / elapsed:,.0f} tokens/s")
-                if run:
-                    seconds[name].append(elapsed)
+        seconds, outputs = time_engines(systems, repeats, echo)
     fig = {
         "run_dir": str(run_dir),
         "checkpoint": tag,
@@ -336,20 +372,8 @@ def benchmark_engines(
         "repeats": repeats,
         "load_average": os.getloadavg(),
     }
-    reference = outputs["ours fp32"]
     for name, times in seconds.items():
-        tokens = sum(len(h) + 1 for h in outputs[name])
-        rates = [tokens / t for t in times]
-        hyps = tokenizer.decode(outputs[name])
-        fig[name] = {
-            "tokens": tokens,
-            "tokens_per_s": statistics.median(rates),
-            "tokens_per_s_min": min(rates),
-            "tokens_per_s_max": max(rates),
-            "seconds": statistics.median(times),
-            "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-            "same_as_ours": sum(a == b for a, b in zip(outputs[name], reference, strict=True)),
-        }
+        fig[name] = engine_figures(times, outputs[name], outputs["ours fp32"], tokenizer, refs)
     return fig
 
 

@@ -185,6 +185,187 @@ def train_systems(
     return systems, model_cfg
 
 
+def measure_peaks(peaks: dict, numpy_blas: dict | None, device, gemm_size: int, echo) -> None:
+    """Raise peaks (and numpy_blas) in place to the best GEMM rates measured now, and echo them."""
+    import torch
+
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        # emulated bf16 (a CPU without AVX512-BF16/AMX) runs one 2048-square GEMM in minutes:
+        # there one 512-square figure is kept for the record, timed or not
+        full = name == "fp32" or native_bf16(device)
+        size, repeats = (gemm_size, 10) if full else (min(gemm_size, 512), 1)
+        peaks[name] = max(peaks[name], gemm_peak(dtype, device, size, repeats))
+    line = f"GEMM peak: fp32 {peaks['fp32']:,.1f} GFLOP/s, bf16 {peaks['bf16']:,.1f} GFLOP/s"
+    if numpy_blas is not None:
+        measured = numpy_blas_peak(gemm_size)
+        numpy_blas.update(name=measured["name"], fp32=max(numpy_blas["fp32"], measured["fp32"]))
+        line += f"; numpy's BLAS ({numpy_blas['name']}) fp32 {numpy_blas['fp32']:,.1f}"
+    echo(line)
+
+
+def random_train_batch(batch_size: int, length: int, vocab_size: int, device) -> dict:
+    """A seeded batch of random token ids (src, tgt_in, tgt_out) on device."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab_size, (batch_size, length), generator=generator)  # [B, S]
+    tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)  # [B, T+1]
+    batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def time_train_steps(
+    systems: dict, batch: dict, repeats: int, device, model_name: str, tokens: int, echo
+) -> tuple[dict, dict, dict]:
+    """Each system's step timed repeats times after a warm-up, A/B interleaved.
+
+    Returns seconds (name -> timed runs), memory (name -> (saved MiB, peak MiB)) and failed
+    (name -> why a compiled step failed; it is left out from then on).
+    """
+    seconds = {name: [] for name in systems}
+    memory, failed = {}, {}
+    for run in range(repeats + 1):
+        for name, (step, _) in systems.items():
+            if name in failed:
+                continue
+            # saved-tensor hooks and torch.compile do not mix: compiled steps report none
+            track = "compiled" not in name
+            with StepMemory(device, systems[name][1].parameters(), track) as mem:
+                start = synchronized_time(device)
+                try:
+                    step(batch)
+                except Exception as e:  # a compiler missing on this machine: report, go on
+                    if "compiled" not in name:
+                        raise
+                    failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+                    echo(f"{model_name} {name}: failed ({failed[name]}); left out")
+                    systems[name][1].zero_grad(set_to_none=True)
+                    continue
+                elapsed = synchronized_time(device) - start
+            what = "warm-up" if run == 0 else f"run {run}/{repeats}"
+            echo(
+                f"{model_name} {name:>18} {what}: {elapsed:.3f} s, "
+                f"{tokens / elapsed:,.0f} target tokens/s"
+            )
+            if run:
+                seconds[name].append(elapsed)
+                memory[name] = (mem.saved_mib, mem.peak_mib)
+    return seconds, memory, failed
+
+
+def train_system_rows(
+    systems: dict, seconds: dict, memory: dict, failed: dict, tokens: int, flops: int
+) -> dict:
+    """Name -> median step time, its range, tokens/s, GFLOP/s, memory and parameters."""
+    rows = {}
+    for name, times in seconds.items():
+        if name in failed:
+            continue
+        median = statistics.median(times)
+        precision = "bf16" if "bf16" in name else "fp32"
+        rows[name] = {
+            "seconds": median,
+            "seconds_min": min(times),
+            "seconds_max": max(times),
+            "target_tokens_per_s": tokens / median,
+            "tokens_per_s": 2 * tokens / median,
+            "gflops": flops / median / 1e9,
+            "precision": precision,
+            "saved_for_backward_mib": memory[name][0],
+            "cuda_peak_mib": memory[name][1],
+            "parameters": sum(p.numel() for p in systems[name][1].parameters() if p.requires_grad),
+        }
+    return rows
+
+
+def hf_ratios(rows: dict) -> dict:
+    """Ours' speed-up over HF Marian: like for like first (the verdicts), then across precisions."""
+    return {
+        f"{a} / {b}": rows[b]["seconds"] / rows[a]["seconds"]
+        for a, b in (
+            ("ours fp32", "hf fp32"),
+            ("ours bf16", "hf bf16"),
+            ("ours bf16", "hf fp32"),
+        )
+        if a in rows and b in rows
+    }
+
+
+def benchmark_train_model(
+    model_name: str,
+    vs: str | None,
+    batch: dict,
+    repeats: int,
+    device,
+    echo,
+    compile_modes,
+    precisions,
+    profile_steps: int,
+    vocab_size: int,
+    **dims,
+) -> dict:
+    """One model size's entry: its systems' rows, failures, profile, ratios and projection."""
+    batch_size, length = batch["src"].shape
+    systems, model_cfg = train_systems(
+        model_name, vocab_size, vs == "hf", device, compile_modes, precisions, **dims
+    )
+    model_dims = {
+        k: model_cfg[k]
+        for k in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff")
+    }
+    flops = transformer_flops(model_dims, vocab_size, batch_size, length, length)
+    tokens = batch_size * length  # per side
+    seconds, memory, failed = time_train_steps(
+        systems, batch, repeats, device, model_name, tokens, echo
+    )
+    rows = train_system_rows(systems, seconds, memory, failed, tokens, flops)
+    entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows, "failed": failed}
+    if profile_steps:
+        entry["profile"] = {
+            name: profile_step(step, batch, profile_steps)
+            for name, (step, _) in systems.items()
+            if name not in failed
+        }
+    if vs == "hf":
+        entry["ratios"] = hf_ratios(rows)
+    if device.type == "cuda":
+        fastest = min(rows.values(), key=lambda r: r["seconds"])
+        entry["projected_100k_steps_h"] = fastest["seconds"] * 100_000 / 3600
+    return entry
+
+
+def train_figure(
+    device_name: str,
+    device,
+    precisions: list,
+    batch_size: int,
+    length: int,
+    vocab_size: int,
+    repeats: int,
+    peaks: dict,
+    numpy_blas: dict | None,
+) -> dict:
+    """The training figure before its models: the device, the settings, the GEMM peaks."""
+    import torch
+
+    return {
+        "device": device_name,
+        "device_name": hardware_name(device),
+        "cpu_flags": cpu_flags() if device.type == "cpu" else [],
+        "precisions": precisions,
+        "native_bf16": native_bf16(device),
+        "batch_size": batch_size,
+        "length": length,
+        "vocab_size": vocab_size,
+        "repeats": repeats,
+        "num_threads": torch.get_num_threads(),
+        "gemm_peak_gflops": peaks,
+        "numpy_blas_peak": numpy_blas,
+        "torch_version": torch.__version__,
+        "models": {},
+    }
+
+
 def benchmark_train(
     model_names: Sequence[str] = ("base", "small"),
     vs: str | None = None,
@@ -226,127 +407,29 @@ def benchmark_train(
     # numpy's BLAS uses every CPU: its peak is comparable only where torch does too
     all_cpus = device.type == "cpu" and torch.get_num_threads() == len(os.sched_getaffinity(0))
     numpy_blas = {"name": None, "fp32": 0.0} if all_cpus else None
-
-    def measure_peaks() -> None:  # before and after each model; the best figure is the peak
-        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            # emulated bf16 (a CPU without AVX512-BF16/AMX) runs one 2048-square GEMM in minutes:
-            # there one 512-square figure is kept for the record, timed or not
-            full = name == "fp32" or native_bf16(device)
-            size, repeats = (gemm_size, 10) if full else (min(gemm_size, 512), 1)
-            peaks[name] = max(peaks[name], gemm_peak(dtype, device, size, repeats))
-        line = f"GEMM peak: fp32 {peaks['fp32']:,.1f} GFLOP/s, bf16 {peaks['bf16']:,.1f} GFLOP/s"
-        if numpy_blas is not None:
-            measured = numpy_blas_peak(gemm_size)
-            numpy_blas.update(name=measured["name"], fp32=max(numpy_blas["fp32"], measured["fp32"]))
-            line += f"; numpy's BLAS ({numpy_blas['name']}) fp32 {numpy_blas['fp32']:,.1f}"
-        echo(line)
-
-    measure_peaks()
-    generator = torch.Generator().manual_seed(0)
-    src = torch.randint(4, vocab_size, (batch_size, length), generator=generator)  # [B, S]
-    tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)  # [B, T+1]
-    batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
-    batch = {k: v.to(device) for k, v in batch.items()}
+    # before and after each model; the best figure is the peak
+    measure_peaks(peaks, numpy_blas, device, gemm_size, echo)
+    batch = random_train_batch(batch_size, length, vocab_size, device)
     if compile_modes is None:
         compile_modes = [False] if device.type == "cpu" else [False, True]
-    fig = {
-        "device": device_name,
-        "device_name": hardware_name(device),
-        "cpu_flags": cpu_flags() if device.type == "cpu" else [],
-        "precisions": precisions,
-        "native_bf16": native_bf16(device),
-        "batch_size": batch_size,
-        "length": length,
-        "vocab_size": vocab_size,
-        "repeats": repeats,
-        "num_threads": torch.get_num_threads(),
-        "gemm_peak_gflops": peaks,
-        "numpy_blas_peak": numpy_blas,
-        "torch_version": torch.__version__,
-        "models": {},
-    }
-    tokens = batch_size * length  # per side
+    fig = train_figure(
+        device_name, device, precisions, batch_size, length, vocab_size, repeats, peaks, numpy_blas
+    )
     for model_name in model_names:
-        systems, model_cfg = train_systems(
-            model_name, vocab_size, vs == "hf", device, compile_modes, precisions, **dims
+        fig["models"][model_name] = benchmark_train_model(
+            model_name,
+            vs,
+            batch,
+            repeats,
+            device,
+            echo,
+            compile_modes,
+            precisions,
+            profile_steps,
+            vocab_size,
+            **dims,
         )
-        model_dims = {
-            k: model_cfg[k]
-            for k in ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff")
-        }
-        flops = transformer_flops(model_dims, vocab_size, batch_size, length, length)
-        seconds = {name: [] for name in systems}
-        memory, failed = {}, {}
-        for run in range(repeats + 1):
-            for name, (step, _) in systems.items():
-                if name in failed:
-                    continue
-                # saved-tensor hooks and torch.compile do not mix: compiled steps report none
-                track = "compiled" not in name
-                with StepMemory(device, systems[name][1].parameters(), track) as mem:
-                    start = synchronized_time(device)
-                    try:
-                        step(batch)
-                    except Exception as e:  # a compiler missing on this machine: report, go on
-                        if "compiled" not in name:
-                            raise
-                        failed[name] = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
-                        echo(f"{model_name} {name}: failed ({failed[name]}); left out")
-                        systems[name][1].zero_grad(set_to_none=True)
-                        continue
-                    elapsed = synchronized_time(device) - start
-                what = "warm-up" if run == 0 else f"run {run}/{repeats}"
-                echo(
-                    f"{model_name} {name:>18} {what}: {elapsed:.3f} s, "
-                    f"{tokens / elapsed:,.0f} target tokens/s"
-                )
-                if run:
-                    seconds[name].append(elapsed)
-                    memory[name] = (mem.saved_mib, mem.peak_mib)
-        rows = {}
-        for name, times in seconds.items():
-            if name in failed:
-                continue
-            median = statistics.median(times)
-            precision = "bf16" if "bf16" in name else "fp32"
-            rows[name] = {
-                "seconds": median,
-                "seconds_min": min(times),
-                "seconds_max": max(times),
-                "target_tokens_per_s": tokens / median,
-                "tokens_per_s": 2 * tokens / median,
-                "gflops": flops / median / 1e9,
-                "precision": precision,
-                "saved_for_backward_mib": memory[name][0],
-                "cuda_peak_mib": memory[name][1],
-                "parameters": sum(
-                    p.numel() for p in systems[name][1].parameters() if p.requires_grad
-                ),
-            }
-        entry = {"dims": model_dims, "flops_per_step": flops, "systems": rows, "failed": failed}
-        if profile_steps:
-            entry["profile"] = {
-                name: profile_step(step, batch, profile_steps)
-                for name, (step, _) in systems.items()
-                if name not in failed
-            }
-        if vs == "hf":
-            # like for like first (the verdicts); the cross-precision ratio is labelled as such
-            entry["ratios"] = {
-                f"{a} / {b}": rows[b]["seconds"] / rows[a]["seconds"]
-                for a, b in (
-                    ("ours fp32", "hf fp32"),
-                    ("ours bf16", "hf bf16"),
-                    ("ours bf16", "hf fp32"),
-                )
-                if a in rows and b in rows
-            }
-        if device.type == "cuda":
-            fastest = min(rows.values(), key=lambda r: r["seconds"])
-            entry["projected_100k_steps_h"] = fastest["seconds"] * 100_000 / 3600
-        fig["models"][model_name] = entry
-        del systems
-        measure_peaks()
+        measure_peaks(peaks, numpy_blas, device, gemm_size, echo)
     for entry in fig["models"].values():
         add_mfu(entry, peaks, numpy_blas)
     fig["load_average"] = os.getloadavg()

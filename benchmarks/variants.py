@@ -76,6 +76,58 @@ def variant_steps(
     return steps
 
 
+def checked_variants(variants: Sequence[str] | None) -> list[str]:
+    """The variants to time (default: all), known ones only, the baseline first if not named."""
+    known = position_variants()
+    variants = list(variants or known)
+    unknown = [name for name in variants if name not in known]
+    if unknown:
+        raise UserError(
+            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
+        )
+    if BASELINE not in variants:
+        variants.insert(0, BASELINE)
+    return variants
+
+
+def time_variant_steps(
+    steps: dict, repeats: int, model_name: str, echo: Callable[[str], None]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """CPU and wall seconds of each variant's step, repeats rounds after a warm-up, interleaved."""
+    cpu: dict[str, list[float]] = {name: [] for name in steps}
+    wall: dict[str, list[float]] = {name: [] for name in steps}
+    for run in range(repeats + 1):
+        for name, (step, _) in steps.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            step()
+            elapsed_cpu = time.process_time() - start_cpu
+            elapsed = time.perf_counter() - start
+            what = "warm-up" if run == 0 else f"step {run}/{repeats}"
+            echo(f"{model_name} {name:>16} {what}: {elapsed_cpu:.3f} CPU s, {elapsed:.3f} s")
+            if run:
+                cpu[name].append(elapsed_cpu)
+                wall[name].append(elapsed)
+    return cpu, wall
+
+
+def variant_figures(steps: dict, cpu: dict, wall: dict) -> dict:
+    """Variant -> median CPU and wall seconds, their ratios to sinusoidal, parameters (added)."""
+    baseline = statistics.median(cpu[BASELINE])
+    return {
+        name: {
+            "cpu_seconds": statistics.median(cpu[name]),
+            "min_cpu_s": min(cpu[name]),
+            "max_cpu_s": max(cpu[name]),
+            "ratio": statistics.median(cpu[name]) / baseline,
+            "wall_seconds": statistics.median(wall[name]),
+            "wall_ratio": statistics.median(wall[name]) / statistics.median(wall[BASELINE]),
+            "parameters": steps[name][1],
+            "added_parameters": steps[name][1] - steps[BASELINE][1],
+        }
+        for name in steps
+    }
+
+
 def variant_step_times(
     model_names: Sequence[str] = ("small", "base"),
     variants: Sequence[str] | None = None,
@@ -94,15 +146,7 @@ def variant_step_times(
     """
     if repeats < 1 or batch_size < 1 or length < 1:
         raise UserError("need repeats >= 1, batch_size >= 1 and length >= 1")
-    known = position_variants()
-    variants = list(variants or known)
-    unknown = [name for name in variants if name not in known]
-    if unknown:
-        raise UserError(
-            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
-        )
-    if BASELINE not in variants:
-        variants.insert(0, BASELINE)
+    variants = checked_variants(variants)
     if num_threads:
         torch.set_num_threads(num_threads)
     fig = {
@@ -117,33 +161,8 @@ def variant_step_times(
     }
     for model_name in model_names:
         steps = variant_steps(model_name, variants, batch_size, length, vocab_size, bf16, **dims)
-        cpu: dict[str, list[float]] = {name: [] for name in steps}
-        wall: dict[str, list[float]] = {name: [] for name in steps}
-        for run in range(repeats + 1):
-            for name, (step, _) in steps.items():
-                start, start_cpu = time.perf_counter(), time.process_time()
-                step()
-                elapsed_cpu = time.process_time() - start_cpu
-                elapsed = time.perf_counter() - start
-                what = "warm-up" if run == 0 else f"step {run}/{repeats}"
-                echo(f"{model_name} {name:>16} {what}: {elapsed_cpu:.3f} CPU s, {elapsed:.3f} s")
-                if run:
-                    cpu[name].append(elapsed_cpu)
-                    wall[name].append(elapsed)
-        baseline = statistics.median(cpu[BASELINE])
-        fig["models"][model_name] = {
-            name: {
-                "cpu_seconds": statistics.median(cpu[name]),
-                "min_cpu_s": min(cpu[name]),
-                "max_cpu_s": max(cpu[name]),
-                "ratio": statistics.median(cpu[name]) / baseline,
-                "wall_seconds": statistics.median(wall[name]),
-                "wall_ratio": statistics.median(wall[name]) / statistics.median(wall[BASELINE]),
-                "parameters": steps[name][1],
-                "added_parameters": steps[name][1] - steps[BASELINE][1],
-            }
-            for name in steps
-        }
+        cpu, wall = time_variant_steps(steps, repeats, model_name, echo)
+        fig["models"][model_name] = variant_figures(steps, cpu, wall)
     return fig
 
 

@@ -203,6 +203,48 @@ def without_thread_count(model: bytes) -> bytes:
     return proto.SerializeToString(deterministic=True)
 
 
+def trainer_options(vocab_size: int, num_threads: int | None) -> dict:
+    """SentencePiece trainer options: our BPE settings, special ids and thread count."""
+    return {
+        "model_type": MODEL_TYPE,
+        "vocab_size": int(vocab_size),
+        "character_coverage": CHARACTER_COVERAGE,
+        "normalization_rule_name": NORMALIZATION,
+        "pad_id": PAD_ID,
+        "unk_id": UNK_ID,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        "num_threads": int(num_threads or default_num_threads()),
+        "minloglevel": 1,
+    }
+
+
+def write_tokenizer_slot(out_dir: Path, trained: bytes, meta: dict) -> None:
+    """spm.model (thread count cleared) and meta.json (its sha256 added) into out_dir at once.
+
+    Both are written into a temporary folder renamed to out_dir; a slot another process
+    completed first is kept.
+    """
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        model = without_thread_count(trained)
+        (tmp_dir / MODEL_FILE).write_bytes(model)
+        meta = {
+            **meta,
+            "model_sha256": hashlib.sha256(model).hexdigest(),  # checked by cached_tokenizer
+        }
+        (tmp_dir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if out_dir.exists() and not (out_dir / MODEL_FILE).is_file():
+            shutil.rmtree(out_dir)
+        try:
+            os.rename(tmp_dir, out_dir)
+        except OSError:
+            if not (out_dir / MODEL_FILE).is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
 def train_tokenizer(
     texts: Iterable[str],
     vocab_size: int,
@@ -216,18 +258,7 @@ def train_tokenizer(
     out_dir = Path(out_dir)
     if sample_size < 1:
         raise DataError(f"tokenizer sample size must be positive, got {sample_size}")
-    options = {
-        "model_type": MODEL_TYPE,
-        "vocab_size": int(vocab_size),
-        "character_coverage": CHARACTER_COVERAGE,
-        "normalization_rule_name": NORMALIZATION,
-        "pad_id": PAD_ID,
-        "unk_id": UNK_ID,
-        "bos_id": BOS_ID,
-        "eos_id": EOS_ID,
-        "num_threads": int(num_threads or default_num_threads()),
-        "minloglevel": 1,
-    }
+    options = trainer_options(vocab_size, num_threads)
     writer = io.BytesIO()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=out_dir.parent, prefix=".sample-") as spool:
@@ -241,28 +272,8 @@ def train_tokenizer(
             )
         except RuntimeError as e:
             raise _training_error(e, vocab_size) from e
-
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        model = without_thread_count(writer.getvalue())
-        (tmp_dir / MODEL_FILE).write_bytes(model)
-        meta = {
-            **options,
-            "seed": seed,
-            "sample_size": sample_size,
-            "sample_sentences": len(sample),
-            "model_sha256": hashlib.sha256(model).hexdigest(),  # checked by cached_tokenizer
-        }
-        (tmp_dir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        if out_dir.exists() and not (out_dir / MODEL_FILE).is_file():
-            shutil.rmtree(out_dir)
-        try:
-            os.rename(tmp_dir, out_dir)
-        except OSError:
-            if not (out_dir / MODEL_FILE).is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+    meta = {**options, "seed": seed, "sample_size": sample_size, "sample_sentences": len(sample)}
+    write_tokenizer_slot(out_dir, writer.getvalue(), meta)
     return Tokenizer(out_dir / MODEL_FILE)
 
 

@@ -430,11 +430,9 @@ def signed(value: float | None) -> str:
     return "—" if value is None else f"{value:+.2f}"
 
 
-def markdown(result: dict) -> str:
-    """compare.md: the Table 3 style table, its notes, and the differences to the baseline."""
+def variant_lines(result: dict) -> list[str]:
+    """The Table 3 style table: one row per variant (mean ± std over seeds) beside the paper's."""
     lines = [
-        f"# Position encodings compared ({result['eval']})",
-        "",
         "| variant | seeds (n) | dev PPL | BLEU (sacreBLEU) | tok. BLEU | params | steps | hours "
         "| paper PPL | paper BLEU |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -450,6 +448,35 @@ def markdown(result: dict) -> str:
             f"| {row['steps']} | {row['hours']:.2f} "
             f"| {number(row['paper_ppl'])} | {number(row['paper_bleu'], 1)} |"
         )
+    return lines
+
+
+def difference_lines(result: dict) -> list[str]:
+    """The rows of the differences table: across seeds and, where run, the paired bootstrap."""
+    lines = []
+    for diff in result["differences"]:
+        name = f"{diff['variant']} − {diff['baseline']}"
+        seeds = diff["across_seeds"]
+        df = f", df {seeds['df']}" if seeds["df"] is not None else ""
+        lines.append(
+            f"| {name} | {seeds['method']}{df} | {signed(seeds['difference'])} "
+            f"| [{signed(seeds['low'])}, {signed(seeds['high'])}] | {p_text(seeds.get('p'))} "
+            f"| {p_text(seeds.get('p_holm'))} | {', '.join(map(str, seeds['seeds']))} |"
+        )
+        boot = diff["bootstrap"]
+        if boot is not None:
+            lines.append(
+                f"| {name} | paired bootstrap, {boot['resamples']} resamples "
+                f"| {signed(boot['difference'])} | [{signed(boot['low'])}, {signed(boot['high'])}] "
+                f"| {boot['p_value']:.3f} | {p_text(boot.get('p_holm'))} "
+                f"| {boot['seeds'][0]} vs {boot['seeds'][1]} |"
+            )
+    return lines
+
+
+def markdown(result: dict) -> str:
+    """compare.md: the Table 3 style table, its notes, and the differences to the baseline."""
+    lines = [f"# Position encodings compared ({result['eval']})", "", *variant_lines(result)]
     lines += [
         "",
         f"Ours: eval/{result['eval']}.json of each run ({result['signature']}); dev PPL from "
@@ -472,26 +499,7 @@ def markdown(result: dict) -> str:
             "",
             "| comparison | method | Δ BLEU | 95% interval | p | p (Holm) | seeds |",
             "|---|---|---|---|---|---|---|",
-        ]
-    for diff in result["differences"]:
-        name = f"{diff['variant']} − {diff['baseline']}"
-        seeds = diff["across_seeds"]
-        df = f", df {seeds['df']}" if seeds["df"] is not None else ""
-        lines.append(
-            f"| {name} | {seeds['method']}{df} | {signed(seeds['difference'])} "
-            f"| [{signed(seeds['low'])}, {signed(seeds['high'])}] | {p_text(seeds.get('p'))} "
-            f"| {p_text(seeds.get('p_holm'))} | {', '.join(map(str, seeds['seeds']))} |"
-        )
-        boot = diff["bootstrap"]
-        if boot is not None:
-            lines.append(
-                f"| {name} | paired bootstrap, {boot['resamples']} resamples "
-                f"| {signed(boot['difference'])} | [{signed(boot['low'])}, {signed(boot['high'])}] "
-                f"| {boot['p_value']:.3f} | {p_text(boot.get('p_holm'))} "
-                f"| {boot['seeds'][0]} vs {boot['seeds'][1]} |"
-            )
-    if result["differences"]:
-        lines += [
+            *difference_lines(result),
             "",
             "p (Holm): Holm's adjustment within each family of rows (the across-seed rows; the "
             "bootstrap rows), so a family's p-values hold together at the 5% level.",
@@ -514,6 +522,103 @@ def dev_ppl_curve(run_dir: Path) -> list[tuple[int, float]]:
     return sorted(by_step.items())
 
 
+def read_runs(
+    paths: list[Path], eval_name: str | None, allow_stale: bool, score: bool
+) -> tuple[list[Run], str]:
+    """The runs under paths and the one evaluation that scored them all; stale ones warned of."""
+    names = variant_names()
+    runs = [read_run(d, eval_name, names, allow_stale, score) for d in find_run_dirs(paths)]
+    used = sorted({str(r.scores["name"]) for r in runs})
+    if len(used) > 1:
+        raise CompareError(
+            f"the runs were scored by different evaluations ({', '.join(used)}): "
+            "name one for all with --eval NAME"
+        )
+    check_poolable(runs)
+    for run in runs:
+        if run.stale:
+            log.warning(
+                f"warning: {run.path}: its {run.scores['name']} scored step "
+                f"{run.scores.get('step')}, the run trained to {run.metrics['steps']} (stale, "
+                "flagged in the table)"
+            )
+    return runs, used[0]
+
+
+def group_runs(runs: list[Run], baseline: str) -> tuple[dict[str, list[Run]], list[str]]:
+    """Variant -> its runs by seed, and the variants baseline first; mixed sizes warned of."""
+    groups: dict[str, list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
+        groups.setdefault(run.variant, []).append(run)
+    order = sorted(groups, key=lambda v: (v != baseline, v))
+    for variant in order:
+        sizes = sorted({r.metrics["parameters"] for r in groups[variant]})
+        if len(sizes) > 1:
+            log.warning(
+                f"warning: the {variant} runs differ in parameter count ({sizes}): "
+                "they may not share one setup"
+            )
+    return groups, order
+
+
+def run_row(run: Run, curve: list[tuple[int, float]]) -> dict:
+    """One run's line of compare.json: where, which variant and seed, its metrics and scores."""
+    return {
+        "run_dir": path_from_cwd(run.path),
+        "variant": run.variant,
+        "seed": run.seed,
+        "stale": run.stale,
+        "eval_step": run.scores.get("step"),
+        "lr_scale": lr_scale(run),
+        **{k: run.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
+        **{k: run.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
+        "dev_ppl_curve": [[step, value] for step, value in curve],
+    }
+
+
+def baseline_differences(
+    groups: dict[str, list[Run]],
+    order: list[str],
+    baseline: str,
+    resamples: int,
+    refs_file: Path | None,
+) -> list[dict]:
+    """Each variant's BLEU difference to baseline: across seeds, and a paired bootstrap."""
+    differences = []
+    if baseline in groups:
+        for variant in order[1:]:
+            bootstrap = None
+            if resamples > 0:
+                base_run, other_run = seed_pair(groups[baseline], groups[variant])
+                refs = references(base_run, refs_file)
+                bootstrap = paired_bootstrap(
+                    hypotheses(base_run), hypotheses(other_run), refs, resamples
+                )
+                bootstrap["seeds"] = [base_run.seed, other_run.seed]
+            differences.append(
+                {
+                    "variant": variant,
+                    "baseline": baseline,
+                    "across_seeds": seed_difference(groups[baseline], groups[variant]),
+                    "bootstrap": bootstrap,
+                }
+            )
+    add_holm([diff["across_seeds"] for diff in differences])
+    add_holm([diff["bootstrap"] for diff in differences], key="p_value")
+    return differences
+
+
+def write_comparison(result: dict, out_dir: Path) -> None:
+    """compare.md, compare.json and the three plots into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result["out_dir"] = str(out_dir)
+    write_text(out_dir / "compare.md", markdown(result))
+    write_json(out_dir / "compare.json", result)
+    plot_bleu_by_variant(result, out_dir / "bleu_by_variant.png")
+    plot_bleu_by_length(result, out_dir / "bleu_by_length.png")
+    plot_dev_ppl_curves(result, out_dir / "dev_ppl_curves.png")
+
+
 def compare(
     paths: list[Path],
     eval_name: str | None = None,
@@ -531,83 +636,19 @@ def compare(
     is not rope); evaluations older than their run's last step are refused unless allow_stale;
     with score, runs lacking a fresh evaluation are scored first (evaluate.py).
     """
-    names = variant_names()
-    runs = [read_run(d, eval_name, names, allow_stale, score) for d in find_run_dirs(paths)]
-    used = sorted({str(r.scores["name"]) for r in runs})
-    if len(used) > 1:
-        raise CompareError(
-            f"the runs were scored by different evaluations ({', '.join(used)}): "
-            "name one for all with --eval NAME"
-        )
-    check_poolable(runs)
-    for run in runs:
-        if run.stale:
-            log.warning(
-                f"warning: {run.path}: its {run.scores['name']} scored step "
-                f"{run.scores.get('step')}, the run trained to {run.metrics['steps']} (stale, "
-                "flagged in the table)"
-            )
-    groups: dict[str, list[Run]] = {}
-    for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
-        groups.setdefault(run.variant, []).append(run)
-    order = sorted(groups, key=lambda v: (v != baseline, v))
-    for variant in order:
-        sizes = sorted({r.metrics["parameters"] for r in groups[variant]})
-        if len(sizes) > 1:
-            log.warning(
-                f"warning: the {variant} runs differ in parameter count ({sizes}): "
-                "they may not share one setup"
-            )
+    runs, used = read_runs(paths, eval_name, allow_stale, score)
+    groups, order = group_runs(runs, baseline)
     curves = {r.path: dev_ppl_curve(r.path) for r in runs}
     result = {
-        "eval": used[0],
+        "eval": used,
         "signature": runs[0].scores.get("signature", ""),
         "baseline": baseline,
         "paper_note": PAPER_NOTE,
-        "runs": [
-            {
-                "run_dir": path_from_cwd(r.path),
-                "variant": r.variant,
-                "seed": r.seed,
-                "stale": r.stale,
-                "eval_step": r.scores.get("step"),
-                "lr_scale": lr_scale(r),
-                **{k: r.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
-                **{k: r.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
-                "dev_ppl_curve": [[step, value] for step, value in curves[r.path]],
-            }
-            for r in runs
-        ],
+        "runs": [run_row(r, curves[r.path]) for r in runs],
         "variants": [summarize(v, groups[v]) for v in order],
-        "differences": [],
+        "differences": baseline_differences(groups, order, baseline, resamples, refs_file),
     }
-    if baseline in groups:
-        for variant in order[1:]:
-            bootstrap = None
-            if resamples > 0:
-                base_run, other_run = seed_pair(groups[baseline], groups[variant])
-                refs = references(base_run, refs_file)
-                bootstrap = paired_bootstrap(
-                    hypotheses(base_run), hypotheses(other_run), refs, resamples
-                )
-                bootstrap["seeds"] = [base_run.seed, other_run.seed]
-            result["differences"].append(
-                {
-                    "variant": variant,
-                    "baseline": baseline,
-                    "across_seeds": seed_difference(groups[baseline], groups[variant]),
-                    "bootstrap": bootstrap,
-                }
-            )
-    add_holm([diff["across_seeds"] for diff in result["differences"]])
-    add_holm([diff["bootstrap"] for diff in result["differences"]], key="p_value")
     if out_dir is None:
         out_dir = Path(os.path.commonpath([str(r.path.resolve().parent) for r in runs])) / "compare"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result["out_dir"] = str(out_dir)
-    write_text(out_dir / "compare.md", markdown(result))
-    write_json(out_dir / "compare.json", result)
-    plot_bleu_by_variant(result, out_dir / "bleu_by_variant.png")
-    plot_bleu_by_length(result, out_dir / "bleu_by_length.png")
-    plot_dev_ppl_curves(result, out_dir / "dev_ppl_curves.png")
+    write_comparison(result, out_dir)
     return result

@@ -49,6 +49,62 @@ def translate(
     return out
 
 
+def position_needs(
+    src: list[int], ref: list[int] | None, max_len_b: int, where: str, ref_where: str
+) -> list[tuple[dict[str, int], str, str, str]]:
+    """(check_lengths arguments, what needs them, the advice, its file) for one pair."""
+    needs = [
+        ({"src_len": len(src) + 1}, f"source ({len(src)} subwords + EOS)", "", where),
+        (
+            {"tgt_len": len(src) + max_len_b},
+            f"output (source {len(src)} subwords + max_len_b={max_len_b})",
+            "lower max_len_b, or ",
+            where,
+        ),
+    ]
+    if ref is not None:
+        what = f"reference ({len(ref)} subwords + BOS)"
+        needs.append(({"tgt_len": len(ref) + 1}, what, "", ref_where))
+    return needs
+
+
+def pair_fits(
+    model,
+    i: int,
+    src: list[int],
+    ref: list[int] | None,
+    max_len_b: int,
+    long_inputs: str,
+    where: str,
+    max_input_len: int | None,
+    ref_where: str,
+) -> bool:
+    """Whether pair i fits max_input_len and the positions; else raise, or False with skip."""
+    longest = max(len(src), len(ref) if ref is not None else 0)
+    if max_input_len is not None and longest > max_input_len:
+        if long_inputs != "skip":
+            side = "source" if len(src) == longest else "reference"
+            file = where if side == "source" else ref_where
+            raise PositionRangeError(
+                f"line {i + 1} of {file}: its {side} has {longest} subwords, more than "
+                f"max_input_len={max_input_len}; raise max_input_len, or pass "
+                "long_inputs=skip to leave such lines out"
+            )
+        return False
+    for lengths, what, also, file in position_needs(src, ref, max_len_b, where, ref_where):
+        try:
+            model.check_lengths(**lengths)
+        except PositionRangeError as e:
+            if long_inputs != "skip":
+                n_positions = next(iter(lengths.values()))
+                raise PositionRangeError(
+                    f"line {i + 1} of {file}: its {what} needs {n_positions} positions, but "
+                    f"{e}; or {also}pass long_inputs=skip to leave such lines out"
+                ) from e
+            return False
+    return True
+
+
 def fitting_lines(
     model,
     tokenizer: Tokenizer,
@@ -74,46 +130,13 @@ def fitting_lines(
     ref_ids = tokenizer.encode(list(refs)) if refs is not None else [None] * len(srcs)
     kept, skipped = [], {}
     for i, (src, ref) in enumerate(zip(src_ids, ref_ids, strict=True)):
-        longest = max(len(src), len(ref) if ref is not None else 0)
-        if max_input_len is not None and longest > max_input_len:
-            if long_inputs != "skip":
-                side = "source" if len(src) == longest else "reference"
-                file = where if side == "source" else ref_where or where
-                raise PositionRangeError(
-                    f"line {i + 1} of {file}: its {side} has {longest} subwords, more than "
-                    f"max_input_len={max_input_len}; raise max_input_len, or pass "
-                    "long_inputs=skip to leave such lines out"
-                )
+        if pair_fits(
+            model, i, src, ref, max_len_b, long_inputs, where, max_input_len, ref_where or where
+        ):
+            kept.append(i)
+        else:
             bucket = length_bucket(srcs[i])
             skipped[bucket] = skipped.get(bucket, 0) + 1
-            continue
-        needs = [
-            ({"src_len": len(src) + 1}, f"source ({len(src)} subwords + EOS)", "", where),
-            (
-                {"tgt_len": len(src) + max_len_b},
-                f"output (source {len(src)} subwords + max_len_b={max_len_b})",
-                "lower max_len_b, or ",
-                where,
-            ),
-        ]
-        if ref is not None:
-            what = f"reference ({len(ref)} subwords + BOS)"
-            needs.append(({"tgt_len": len(ref) + 1}, what, "", ref_where or where))
-        for lengths, what, also, file in needs:
-            try:
-                model.check_lengths(**lengths)
-            except PositionRangeError as e:
-                if long_inputs != "skip":
-                    n_positions = next(iter(lengths.values()))
-                    raise PositionRangeError(
-                        f"line {i + 1} of {file}: its {what} needs {n_positions} positions, but "
-                        f"{e}; or {also}pass long_inputs=skip to leave such lines out"
-                    ) from e
-                bucket = length_bucket(srcs[i])
-                skipped[bucket] = skipped.get(bucket, 0) + 1
-                break
-        else:
-            kept.append(i)
     skipped = {label: skipped[label] for label in BUCKET_LABELS if label in skipped}
     if skipped:
         log.warning(

@@ -60,21 +60,36 @@ def sinusoidal_encoding_table(rows: int, d_model: int, base: float) -> torch.Ten
     return sinusoidal_table(rows, d_model, base)
 
 
-def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: int = 1024):
-    """A ``ctranslate2.specs.TransformerSpec`` computing our model; vocabulary: pieces by id.
+def _linear(spec, weights: dict, name: str) -> None:
+    """Fill a CTranslate2 linear spec with our layer name's weight and bias."""
+    spec.weight, spec.bias = weights[f"{name}.weight"], weights[f"{name}.bias"]
 
-    max_positions: rows of the sinusoid table (CTranslate2 needs a finite one; ours has no cap).
-    """
+
+def _fused(spec, weights: dict, *names: str) -> None:
+    """Fill a CTranslate2 linear spec with our layers' weights and biases stacked (q then kv)."""
+    spec.weight = torch.cat([weights[f"{n}.weight"] for n in names])
+    spec.bias = torch.cat([weights[f"{n}.bias"] for n in names])
+
+
+def _norm(spec, weights: dict, name: str) -> None:
+    """Fill a CTranslate2 LayerNorm spec with our LayerNorm's weight (gamma) and bias (beta)."""
+    spec.gamma, spec.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
+
+
+def _ffn(spec, weights: dict, name: str, norm_name: str) -> None:
+    """Fill a CTranslate2 feed-forward spec: our w1, w2 and the LayerNorm after the block."""
+    _linear(spec.linear_0, weights, f"{name}.w1")
+    _linear(spec.linear_1, weights, f"{name}.w2")
+    _norm(spec.layer_norm, weights, norm_name)
+
+
+def _stack_specs(model: Transformer):
+    """Empty CTranslate2 encoder and decoder specs of our layer counts, heads and positions."""
     # ctranslate2 deferred: optional (the export extra), needed only to convert
     from ctranslate2.specs import common_spec, transformer_spec
 
-    d = model.d_model
     first = model.encoder_layers[0] if len(model.encoder_layers) else model.decoder_layers[0]
     n_heads = first.self_attn.n_heads
-    tables = [
-        _position_table(p, d, max_positions)
-        for p in (model.encoder_position, model.decoder_position)
-    ]
     rotary = {}
     if isinstance(model.encoder_position, RotaryPositionEncoding):
         rotary = dict(rotary_dim=0, rotary_interleave=True, rotary_base=model.encoder_position.base)
@@ -92,24 +107,47 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
         activation=common_spec.Activation.RELU,
         **rotary,
     )
+    return encoder, decoder
+
+
+def _fill_layers(encoder, decoder, weights: dict) -> None:
+    """Fill every encoder and decoder layer's attention, LayerNorm and feed-forward specs."""
+    for i, layer in enumerate(encoder.layer):
+        p = f"encoder_layers.{i}"
+        attention = layer.self_attention
+        _fused(attention.linear[0], weights, f"{p}.self_attn.q_proj", f"{p}.self_attn.kv_proj")
+        _linear(attention.linear[1], weights, f"{p}.self_attn.out_proj")
+        _norm(attention.layer_norm, weights, f"{p}.norm1")
+        _ffn(layer.ffn, weights, f"{p}.ffn", f"{p}.norm2")
+    for i, layer in enumerate(decoder.layer):
+        p = f"decoder_layers.{i}"
+        attention = layer.self_attention
+        _fused(attention.linear[0], weights, f"{p}.self_attn.q_proj", f"{p}.self_attn.kv_proj")
+        _linear(attention.linear[1], weights, f"{p}.self_attn.out_proj")
+        _norm(attention.layer_norm, weights, f"{p}.norm1")
+        _linear(layer.attention.linear[0], weights, f"{p}.cross_attn.q_proj")
+        _linear(layer.attention.linear[1], weights, f"{p}.cross_attn.kv_proj")
+        _linear(layer.attention.linear[2], weights, f"{p}.cross_attn.out_proj")
+        _norm(layer.attention.layer_norm, weights, f"{p}.norm2")
+        _ffn(layer.ffn, weights, f"{p}.ffn", f"{p}.norm3")
+
+
+def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: int = 1024):
+    """A ``ctranslate2.specs.TransformerSpec`` computing our model; vocabulary: pieces by id.
+
+    max_positions: rows of the sinusoid table (CTranslate2 needs a finite one; ours has no cap).
+    """
+    # ctranslate2 deferred: optional (the export extra), needed only to convert
+    from ctranslate2.specs import transformer_spec
+
+    d = model.d_model
+    tables = [
+        _position_table(p, d, max_positions)
+        for p in (model.encoder_position, model.decoder_position)
+    ]
+    encoder, decoder = _stack_specs(model)
     weights = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
     eps = next(m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm))
-
-    def linear(spec, name: str) -> None:
-        spec.weight, spec.bias = weights[f"{name}.weight"], weights[f"{name}.bias"]
-
-    def fused(spec, *names: str) -> None:
-        spec.weight = torch.cat([weights[f"{n}.weight"] for n in names])
-        spec.bias = torch.cat([weights[f"{n}.bias"] for n in names])
-
-    def norm(spec, name: str) -> None:
-        spec.gamma, spec.beta = weights[f"{name}.weight"], weights[f"{name}.bias"]
-
-    def ffn(spec, name: str, norm_name: str) -> None:
-        linear(spec.linear_0, f"{name}.w1")
-        linear(spec.linear_1, f"{name}.w2")
-        norm(spec.layer_norm, norm_name)
-
     embedding = weights["embedding.weight"]  # [V, d_model]
     encoder.embeddings[0].weight = embedding
     decoder.embeddings.weight = embedding
@@ -119,22 +157,7 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
             stack.position_encodings.encodings = table
         elif hasattr(stack, "position_encodings"):
             stack.position_encodings.encodings = torch.zeros(max_positions, d)
-    for i, layer in enumerate(encoder.layer):
-        p = f"encoder_layers.{i}"
-        fused(layer.self_attention.linear[0], f"{p}.self_attn.q_proj", f"{p}.self_attn.kv_proj")
-        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-        norm(layer.self_attention.layer_norm, f"{p}.norm1")
-        ffn(layer.ffn, f"{p}.ffn", f"{p}.norm2")
-    for i, layer in enumerate(decoder.layer):
-        p = f"decoder_layers.{i}"
-        fused(layer.self_attention.linear[0], f"{p}.self_attn.q_proj", f"{p}.self_attn.kv_proj")
-        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-        norm(layer.self_attention.layer_norm, f"{p}.norm1")
-        linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
-        linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
-        linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
-        norm(layer.attention.layer_norm, f"{p}.norm2")
-        ffn(layer.ffn, f"{p}.ffn", f"{p}.norm3")
+    _fill_layers(encoder, decoder, weights)
 
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     spec.config.layer_norm_epsilon = eps

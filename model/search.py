@@ -82,6 +82,108 @@ def _strip(tokens: list[int], eos_id: int) -> list[int]:
     return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
 
 
+def _start_beams(
+    n_src: int, k: int, bos_id: int, eos_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each sentence's K live beams (BOS; one live, so they start distinct) and K empty slots."""
+    alive = torch.full((n_src, k, 1), bos_id, dtype=torch.long, device=device)  # [N, K, 1]
+    alive_logp = torch.full((n_src, k), float("-inf"), device=device)  # [N, K]
+    alive_logp[:, 0] = 0.0  # one live beam at first, so the K beams start distinct
+    finished = torch.full((n_src, k, 1), eos_id, dtype=torch.long, device=device)  # [N, K, 1]
+    finished_score = torch.full((n_src, k), float("-inf"), device=device)  # [N, K]
+    return alive, alive_logp, finished, finished_score
+
+
+def _next_log_probs(
+    model: Transformer,
+    alive: torch.Tensor,
+    src_keep: torch.Tensor,
+    cache: list[LayerCache],
+    step: int,
+    max_lens: torch.Tensor,
+    min_len: int,
+    eos_id: int,
+) -> torch.Tensor:
+    """log P(next token) [N * K, V] of each live beam; EOS barred under min_len, forced at limit."""
+    k = alive.size(1)  # [N, K, step + 1]
+    logits = model.decode(alive[:, :, -1].reshape(-1, 1), None, src_keep, cache, offset=step)
+    logp = logits[:, -1].log_softmax(-1, dtype=torch.float32)  # [N * K, V]
+    at_limit = (step + 1 >= max_lens).repeat_interleave(k)  # [N * K]
+    logp = _ban_early_eos(logp, step, min_len, at_limit, eos_id)
+    return _force_eos(logp, at_limit, eos_id)
+
+
+def _extend(
+    alive: torch.Tensor, alive_logp: torch.Tensor, logp: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 2K best one-token extensions of the K live beams, best first: log P, beam, token, ids."""
+    n, k = alive_logp.shape  # [N, K]
+    vocab = logp.size(-1)  # [N * K, V]
+    candidates = (alive_logp[:, :, None] + logp.view(n, k, vocab)).view(n, k * vocab)
+    top_logp, top_index = candidates.topk(2 * k, dim=1)  # [N, 2K], best first
+    top_beam, top_token = top_index // vocab, top_index % vocab
+    extended = torch.cat(
+        (
+            alive.gather(1, top_beam[:, :, None].expand(-1, -1, alive.size(2))),
+            top_token[:, :, None],
+        ),
+        dim=2,
+    )  # [N, 2K, step + 2]
+    return top_logp, top_beam, top_token, extended
+
+
+def _add_finished(
+    finished: torch.Tensor,
+    finished_score: torch.Tensor,
+    extended: torch.Tensor,
+    top_logp: torch.Tensor,
+    is_eos: torch.Tensor,
+    length: int,
+    alpha: float,
+    eos_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K best finished hypotheses [N, K, length + 1] and scores [N, K], this step's included."""
+    k = finished_score.size(1)  # [N, K]
+    eos_score = (top_logp / length_penalty(length, alpha)).masked_fill(~is_eos, float("-inf"))
+    finished = torch.cat((finished, torch.full_like(finished[:, :, :1], eos_id)), dim=2)
+    pool_score = torch.cat((finished_score, eos_score), dim=1)  # [N, 3K]
+    finished_score, pick = pool_score.topk(k, dim=1)  # [N, K]
+    pool = torch.cat((finished, extended), dim=1)  # [N, 3K, step + 2]
+    finished = pool.gather(1, pick[:, :, None].expand(-1, -1, pool.size(2)))
+    return finished, finished_score
+
+
+def _keep_alive(
+    extended: torch.Tensor,
+    top_logp: torch.Tensor,
+    top_beam: torch.Tensor,
+    is_eos: torch.Tensor,
+    k: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The K best extensions not ending in EOS: ids, log P [N, K], their parents' cache rows."""
+    n = top_logp.size(0)  # [N, 2K]
+    alive_logp, keep = top_logp.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # [N, K]
+    alive = extended.gather(1, keep[:, :, None].expand(-1, -1, extended.size(2)))
+    beam_rows = (
+        torch.arange(n, device=extended.device)[:, None] * k + top_beam.gather(1, keep)
+    ).view(-1)  # [N * K]
+    return alive, alive_logp, beam_rows
+
+
+def _drop_rows(
+    cache: list[LayerCache],
+    kept: torch.Tensor,
+    beam_rows: torch.Tensor,
+    src_keep: torch.Tensor,
+    k: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Only the kept sentences' [N'] rows: of the cache's cross keys/values, beam_rows, src_keep."""
+    kept_rows = (kept[:, None] * k + torch.arange(k, device=kept.device)).view(-1)  # [N' * K]
+    beam_rows = beam_rows.view(-1, k)[kept].view(-1)  # [N' * K]
+    _reorder(cache, kept_rows, ("cross_k", "cross_v"))
+    return beam_rows, src_keep[kept_rows]
+
+
 @torch.inference_mode()
 def beam_search(
     model: Transformer,
@@ -113,44 +215,18 @@ def beam_search(
     best: list[list[int]] = [[] for _ in range(n_src)]
 
     sentence = torch.arange(n_src, device=device)  # active row -> its index in src
-    alive = torch.full((n_src, k, 1), bos_id, dtype=torch.long, device=device)  # [N, K, 1]
-    alive_logp = torch.full((n_src, k), float("-inf"), device=device)  # [N, K]
-    alive_logp[:, 0] = 0.0  # one live beam at first, so the K beams start distinct
-    finished = torch.full((n_src, k, 1), eos_id, dtype=torch.long, device=device)  # [N, K, 1]
-    finished_score = torch.full((n_src, k), float("-inf"), device=device)  # [N, K]
+    # alive [N, K, 1], alive_logp [N, K], finished [N, K, 1], finished_score [N, K]
+    alive, alive_logp, finished, finished_score = _start_beams(n_src, k, bos_id, eos_id, device)
 
     for step in range(int(max_lens.max())):
-        n = alive.size(0)
-        logits = model.decode(alive[:, :, -1].reshape(-1, 1), None, src_keep, cache, offset=step)
-        logp = logits[:, -1].log_softmax(-1, dtype=torch.float32)  # [N * K, V]
-        at_limit = (step + 1 >= max_lens).repeat_interleave(k)  # [N * K]
-        logp = _ban_early_eos(logp, step, min_len, at_limit, eos_id)
-        logp = _force_eos(logp, at_limit, eos_id)
-        vocab = logp.size(-1)
-        candidates = (alive_logp[:, :, None] + logp.view(n, k, vocab)).view(n, k * vocab)
-        top_logp, top_index = candidates.topk(2 * k, dim=1)  # [N, 2K], best first
-        top_beam, top_token = top_index // vocab, top_index % vocab
+        logp = _next_log_probs(model, alive, src_keep, cache, step, max_lens, min_len, eos_id)
+        # the 2K best extensions [N, 2K]: enough that K of them do not end in EOS
+        top_logp, top_beam, top_token, extended = _extend(alive, alive_logp, logp)
         is_eos = top_token == eos_id
-        extended = torch.cat(
-            (
-                alive.gather(1, top_beam[:, :, None].expand(-1, -1, alive.size(2))),
-                top_token[:, :, None],
-            ),
-            dim=2,
-        )  # [N, 2K, step + 2]
-
-        eos_score = (top_logp / length_penalty(step + 1, alpha)).masked_fill(~is_eos, float("-inf"))
-        finished = torch.cat((finished, torch.full_like(finished[:, :, :1], eos_id)), dim=2)
-        pool_score = torch.cat((finished_score, eos_score), dim=1)  # [N, 3K]
-        finished_score, pick = pool_score.topk(k, dim=1)  # [N, K]
-        pool = torch.cat((finished, extended), dim=1)  # [N, 3K, step + 2]
-        finished = pool.gather(1, pick[:, :, None].expand(-1, -1, pool.size(2)))
-
-        alive_logp, keep = top_logp.masked_fill(is_eos, float("-inf")).topk(k, dim=1)  # [N, K]
-        alive = extended.gather(1, keep[:, :, None].expand(-1, -1, extended.size(2)))
-        beam_rows = (torch.arange(n, device=device)[:, None] * k + top_beam.gather(1, keep)).view(
-            -1
-        )
+        finished, finished_score = _add_finished(
+            finished, finished_score, extended, top_logp, is_eos, step + 1, alpha, eos_id
+        )  # [N, K, step + 2], [N, K]
+        alive, alive_logp, beam_rows = _keep_alive(extended, top_logp, top_beam, is_eos, k)
 
         best_possible = alive_logp.max(dim=1).values / length_penalty(max_lens, alpha)  # [N]
         done = finished_score[:, 0] >= best_possible  # [N]
@@ -158,14 +234,11 @@ def beam_search(
             best[int(sentence[i])] = _strip(finished[i, 0, 1:].tolist(), eos_id)
         if bool(done.all()):
             break
-        if bool(done.any()):
+        if bool(done.any()):  # finished sentences leave the batch
             kept = (~done).nonzero()[:, 0]  # [N']
-            kept_rows = (kept[:, None] * k + torch.arange(k, device=device)).view(-1)
-            beam_rows = beam_rows.view(n, k)[kept].view(-1)
-            _reorder(cache, kept_rows, ("cross_k", "cross_v"))
-            src_keep = src_keep[kept_rows]
+            beam_rows, src_keep = _drop_rows(cache, kept, beam_rows, src_keep, k)
             alive, alive_logp = alive[kept], alive_logp[kept]
             finished, finished_score = finished[kept], finished_score[kept]
             sentence, max_lens = sentence[kept], max_lens[kept]
-        _reorder(cache, beam_rows, ("self_k", "self_v"))
+        _reorder(cache, beam_rows, ("self_k", "self_v"))  # each beam's parent's keys/values
     return best

@@ -185,6 +185,81 @@ def run_variant_cost(args: argparse.Namespace) -> dict:
     return fig
 
 
+def print_train_header(fig: dict) -> None:
+    """The training benchmark's first lines: machine, settings, GEMM peaks, precisions timed."""
+    peaks = fig["gemm_peak_gflops"]
+    print(
+        f"\ntrain benchmark, {machine_line(fig)}, {fig['device_name']}, torch "
+        f"{fig['torch_version']}, {fig['num_threads']} threads\n{fig['batch_size']} sentences x "
+        f"{fig['length']} tokens per side, vocab {fig['vocab_size']}, median of {fig['repeats']} "
+        f"steps (forward, backward, gradient norm or clip, optimizer); GEMM peak fp32 "
+        f"{peaks['fp32']:,.0f}, bf16 {peaks['bf16']:,.1f} GFLOP/s; CPU flags: "
+        f"{' '.join(fig['cpu_flags']) or '-'}; precisions timed: {', '.join(fig['precisions'])}"
+    )
+    if "bf16" not in fig["precisions"] and not fig["native_bf16"]:
+        print("bf16 not timed: this CPU has no AVX512-BF16/AMX (bf16 GEMMs are emulated)")
+
+
+def print_train_model(model_name: str, entry: dict, fig: dict) -> None:
+    """One model's notes under the table: dims, ratios to HF and their bounds, failures."""
+    peaks = fig["gemm_peak_gflops"]
+    dims = ", ".join(f"{k} {v}" for k, v in entry["dims"].items())
+    print(f"{model_name}: {dims}; {entry['flops_per_step'] / 1e9:,.1f} GFLOP per step")
+    for label, ratio in entry.get("ratios", {}).items():
+        if label in ("ours fp32 / hf fp32", "ours bf16 / hf bf16"):
+            note = f" (same precision: {'meets' if ratio >= 1.5 else 'misses'} the 1.5x goal)"
+        else:
+            note = " (cross-precision, not like for like)"
+        print(f"  {model_name} {label} tokens/s: {ratio:.2f}x{note}")
+    for precision, bound in entry.get("ratio_bound", {}).items():
+        print(
+            f"  {model_name} {precision}: at 100% MFU ours would be {bound:.2f}x hf "
+            f"{precision} (hf at {100 * entry['systems'][f'hf {precision}']['mfu']:.0f}% MFU)"
+        )
+    blas = fig.get("numpy_blas_peak")
+    if blas and blas["fp32"] > 0:
+        mfus = ", ".join(
+            f"{name} {100 * row['mfu_numpy_blas']:.0f}%"
+            for name, row in entry["systems"].items()
+            if "mfu_numpy_blas" in row
+        )
+        print(
+            f"  {model_name} fp32 MFU against numpy's BLAS ({blas['name']}, "
+            f"{blas['fp32']:,.0f} GFLOP/s = {blas['fp32'] / peaks['fp32']:.2f}x torch's "
+            f"GEMM peak): {mfus}"
+            + (
+                f"; at 100% of it ours would be {entry['ratio_bound_numpy_blas']:.2f}x hf fp32"
+                if "ratio_bound_numpy_blas" in entry
+                else ""
+            )
+        )
+    for name, error in entry.get("failed", {}).items():
+        print(f"  {model_name} {name}: failed, left out ({error})")
+    if "projected_100k_steps_h" in entry:
+        print(
+            f"  {model_name}: 100k steps at the fastest setting: "
+            f"{entry['projected_100k_steps_h']:.1f} h"
+        )
+
+
+def print_train_profile(model_name: str, entry: dict, precisions: list[str]) -> None:
+    """One model's profile: time by operator group, the top operators, what a lead leaves."""
+    steps = next(iter(entry["profile"].values()))["steps"]
+    print(f"\n{model_name}: torch.profiler, {steps} steps of each system after the timing")
+    print(format_table(*profile_rows(entry["profile"])) + "\n")
+    align = "ll" + "r" * len(entry["profile"])
+    print(format_table(*top_operator_rows(entry["profile"]), align=align))
+    for precision in precisions:
+        if budget := lead_budget(entry, precision):
+            print(
+                f"{model_name} {precision}: ours' GEMMs take {budget['gemm_seconds']:.3f} s a "
+                f"step ({budget['gemm_gflops']:,.1f} GFLOP/s, profiled); hf's median step "
+                f"over {budget['goal']} is {budget['target_seconds']:.3f} s, leaving "
+                f"{budget['budget_seconds']:.3f} s for all else, where ours' median step "
+                f"spends {budget['ours_rest_seconds']:.3f} s"
+            )
+
+
 def run_train(args: argparse.Namespace) -> dict:
     """Run the training benchmark from parsed arguments and print its table."""
     if args.variants is not None:
@@ -201,17 +276,7 @@ def run_train(args: argparse.Namespace) -> dict:
         precisions=args.precision,
         profile_steps=args.profile,
     )
-    peaks = fig["gemm_peak_gflops"]
-    print(
-        f"\ntrain benchmark, {machine_line(fig)}, {fig['device_name']}, torch "
-        f"{fig['torch_version']}, {fig['num_threads']} threads\n{fig['batch_size']} sentences x "
-        f"{fig['length']} tokens per side, vocab {fig['vocab_size']}, median of {fig['repeats']} "
-        f"steps (forward, backward, gradient norm or clip, optimizer); GEMM peak fp32 "
-        f"{peaks['fp32']:,.0f}, bf16 {peaks['bf16']:,.1f} GFLOP/s; CPU flags: "
-        f"{' '.join(fig['cpu_flags']) or '-'}; precisions timed: {', '.join(fig['precisions'])}"
-    )
-    if "bf16" not in fig["precisions"] and not fig["native_bf16"]:
-        print("bf16 not timed: this CPU has no AVX512-BF16/AMX (bf16 GEMMs are emulated)")
+    print_train_header(fig)
     headers = (
         "model",
         "system",
@@ -225,69 +290,15 @@ def run_train(args: argparse.Namespace) -> dict:
     )
     print(format_table(headers, train_rows(fig), align="llrrrrrrr"))
     for model_name, entry in fig["models"].items():
-        dims = ", ".join(f"{k} {v}" for k, v in entry["dims"].items())
-        print(f"{model_name}: {dims}; {entry['flops_per_step'] / 1e9:,.1f} GFLOP per step")
-        for label, ratio in entry.get("ratios", {}).items():
-            if label in ("ours fp32 / hf fp32", "ours bf16 / hf bf16"):
-                note = f" (same precision: {'meets' if ratio >= 1.5 else 'misses'} the 1.5x goal)"
-            else:
-                note = " (cross-precision, not like for like)"
-            print(f"  {model_name} {label} tokens/s: {ratio:.2f}x{note}")
-        for precision, bound in entry.get("ratio_bound", {}).items():
-            print(
-                f"  {model_name} {precision}: at 100% MFU ours would be {bound:.2f}x hf "
-                f"{precision} (hf at {100 * entry['systems'][f'hf {precision}']['mfu']:.0f}% MFU)"
-            )
-        blas = fig.get("numpy_blas_peak")
-        if blas and blas["fp32"] > 0:
-            mfus = ", ".join(
-                f"{name} {100 * row['mfu_numpy_blas']:.0f}%"
-                for name, row in entry["systems"].items()
-                if "mfu_numpy_blas" in row
-            )
-            print(
-                f"  {model_name} fp32 MFU against numpy's BLAS ({blas['name']}, "
-                f"{blas['fp32']:,.0f} GFLOP/s = {blas['fp32'] / peaks['fp32']:.2f}x torch's "
-                f"GEMM peak): {mfus}"
-                + (
-                    f"; at 100% of it ours would be {entry['ratio_bound_numpy_blas']:.2f}x hf fp32"
-                    if "ratio_bound_numpy_blas" in entry
-                    else ""
-                )
-            )
-        for name, error in entry.get("failed", {}).items():
-            print(f"  {model_name} {name}: failed, left out ({error})")
-        if "projected_100k_steps_h" in entry:
-            print(
-                f"  {model_name}: 100k steps at the fastest setting: "
-                f"{entry['projected_100k_steps_h']:.1f} h"
-            )
+        print_train_model(model_name, entry, fig)
     for model_name, entry in fig["models"].items():
-        if "profile" not in entry:
-            continue
-        steps = next(iter(entry["profile"].values()))["steps"]
-        print(f"\n{model_name}: torch.profiler, {steps} steps of each system after the timing")
-        print(format_table(*profile_rows(entry["profile"])) + "\n")
-        align = "ll" + "r" * len(entry["profile"])
-        print(format_table(*top_operator_rows(entry["profile"]), align=align))
-        for precision in fig["precisions"]:
-            if budget := lead_budget(entry, precision):
-                print(
-                    f"{model_name} {precision}: ours' GEMMs take {budget['gemm_seconds']:.3f} s a "
-                    f"step ({budget['gemm_gflops']:,.1f} GFLOP/s, profiled); hf's median step "
-                    f"over {budget['goal']} is {budget['target_seconds']:.3f} s, leaving "
-                    f"{budget['budget_seconds']:.3f} s for all else, where ours' median step "
-                    f"spends {budget['ours_rest_seconds']:.3f} s"
-                )
+        if "profile" in entry:
+            print_train_profile(model_name, entry, fig["precisions"])
     return fig
 
 
-@report_user_errors
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Command-line entry: one subcommand per benchmark; prints its table, returns its figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def add_data_command(commands) -> None:
+    """The `data` subcommand and its options."""
     data = commands.add_parser("data", help="tokenizer, encoding, batching, padding, memory")
     data.add_argument("--pairs", type=int, default=WMT14_TRAIN_PAIRS, help="training pairs")
     data.add_argument("--workdir", type=Path, default=None, help="corpus and caches (temporary)")
@@ -300,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data.add_argument("--corpus-dir", type=Path, default=MULTI30K, help="Multi30k text folder")
     data.set_defaults(run=run_data)
 
+
+def add_decode_command(commands) -> None:
+    """The `decode` subcommand and its options."""
     decode = commands.add_parser("decode", help="beam-search tokens/s, optionally vs HF Marian")
     decode.add_argument("--sentences", type=int, default=256)
     decode.add_argument("--beam", type=int, default=4)
@@ -321,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     decode.add_argument("--split", default="test", help="with --run-dir: the split to decode")
     decode.set_defaults(run=run_decode)
 
+
+def add_train_command(commands) -> None:
+    """The `train` subcommand and its options."""
     train = commands.add_parser("train", help="train-step tokens/s, MFU, memory; vs HF Marian")
     train.add_argument("--model", nargs="+", default=["base", "small"], help="configs/model names")
     train.add_argument("--vs", choices=["hf"], default=None, help="compare with HF Marian")
@@ -358,24 +375,38 @@ def main(argv: Sequence[str] | None = None) -> dict:
     )
     train.set_defaults(run=run_train)
 
+
+def check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse `train` options that cannot go together (parser.error); fill in the batch size."""
+    if args.device not in ("cpu", "cuda"):
+        parser.error(f"--device {args.device}: pass cpu or cuda")
+    if args.profile and args.device != "cpu":
+        parser.error("--profile reads CPU operator times: drop --device or --profile")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here; run it on a GPU machine")
+    if args.variants is not None and args.device != "cpu":
+        parser.error("--variants times CPU steps only: drop --device")
+    if args.profile and args.variants is not None:
+        parser.error("--profile profiles the systems of --vs, not --variants: drop one")
+    if args.profile < 0:
+        parser.error(f"--profile {args.profile}: pass a number of steps >= 1")
+    if args.batch_size is None and args.variants is not None:
+        args.batch_size = 32
+    if args.batch_size is None:
+        args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
+
+
+@report_user_errors
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Command-line entry: one subcommand per benchmark; prints its table, returns its figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_data_command(commands)
+    add_decode_command(commands)
+    add_train_command(commands)
     args = parser.parse_args(argv)
     if getattr(args, "command", None) == "train":
-        if args.device not in ("cpu", "cuda"):
-            parser.error(f"--device {args.device}: pass cpu or cuda")
-        if args.profile and args.device != "cpu":
-            parser.error("--profile reads CPU operator times: drop --device or --profile")
-        if args.device == "cuda" and not torch.cuda.is_available():
-            parser.error("--device cuda: torch sees no CUDA device here; run it on a GPU machine")
-        if args.variants is not None and args.device != "cpu":
-            parser.error("--variants times CPU steps only: drop --device")
-        if args.profile and args.variants is not None:
-            parser.error("--profile profiles the systems of --vs, not --variants: drop one")
-        if args.profile < 0:
-            parser.error(f"--profile {args.profile}: pass a number of steps >= 1")
-        if args.batch_size is None and args.variants is not None:
-            args.batch_size = 32
-        if args.batch_size is None:
-            args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
+        check_train_args(parser, args)
     return args.run(args)
 
 
