@@ -148,22 +148,25 @@ def multi30k_layout(folder: Path) -> str | None:
     return None
 
 
-def load_multi30k(path: str = MULTI30K_HUB, **kwargs: Any) -> datasets.DatasetDict:
+def load_multi30k(
+    path: str = MULTI30K_HUB, setting: str = "data.path", **kwargs: Any
+) -> datasets.DatasetDict:
     """Multi30k from a hub id, or a local folder in the hub's layout or as plain text.
 
     The layout of a folder is read from its files; kwargs (cache_dir, revision, ...) go to
     load_hub (a hub id or a folder in the hub's layout). Every source gives the same pairs.
+    setting: what names path, for the messages (data.path, or a script's option).
     """
     path = str(path)
     local = Path(path).expanduser()
     if not (os.path.isabs(path) or path.startswith((".", "~")) or local.exists()):
-        return _load_multi30k_hub(path, **kwargs)
+        return _load_multi30k_hub(path, setting, **kwargs)
     layout = multi30k_layout(local) if local.is_dir() else None
     if layout == "hub":
         return load_hub(str(local), **kwargs)
     if layout == "text" and kwargs:
         raise DataError(
-            f"data.corpus.{next(iter(kwargs))} applies to the hub's layout, but data.path={path} "
+            f"data.corpus.{next(iter(kwargs))} applies to the hub's layout, but {setting}={path} "
             "holds plain text; remove it"
         )
     if layout == "text":
@@ -171,20 +174,20 @@ def load_multi30k(path: str = MULTI30K_HUB, **kwargs: Any) -> datasets.DatasetDi
     what = "is not a Multi30k folder" if local.is_dir() else "not found"
     where = "" if str(local.resolve()) == path else f" ({local.resolve()})"
     raise DataError(
-        f"data.path={path}{where} {what}: expected {MULTI30K_EXPECTED}; "
-        "pass data.path=<a folder holding one of them>"
+        f"{setting}={path}{where} {what}: expected {MULTI30K_EXPECTED}; "
+        f"pass {setting}=<a folder holding one of them>"
     )
 
 
-def _load_multi30k_hub(hub_id: str, **kwargs: Any) -> datasets.DatasetDict:
-    """Multi30k from the hub (load_hub), its failure one line that says to pass data.path."""
+def _load_multi30k_hub(hub_id: str, setting: str, **kwargs: Any) -> datasets.DatasetDict:
+    """Multi30k from the hub (load_hub), its failure one line that says to pass a folder."""
     try:
         return load_hub(hub_id, **kwargs)
     except DataError as e:
         cause = e.__cause__ if e.__cause__ is not None else e
         raise DataError(
             f"could not load Multi30k from the hub ({hub_id}): {type(cause).__name__}: "
-            f"{first_line(cause)}; without the hub pass data.path=<folder>, a local copy "
+            f"{first_line(cause)}; without the hub pass {setting}=<folder>, a local copy "
             f"holding {MULTI30K_EXPECTED}"
         ) from e
 

@@ -107,7 +107,8 @@ def write_hub_corpus(
 ) -> Path:
     """Write a corpus of `pairs` training pairs in wmt/wmt14's de-en layout under out, joined
     from Multi30k's training pairs (corpus_dir: its hub id or a local copy, as data.path)."""
-    train = select_direction(load_multi30k(str(corpus_dir)), "en", "de")["train"]
+    multi30k = load_multi30k(str(corpus_dir), setting="--corpus-dir")
+    train = select_direction(multi30k, "en", "de")["train"]
     en, de = list(train["src"]), list(train["tgt"])
     (out / "de-en").mkdir(parents=True, exist_ok=True)
     (out / "README.md").write_text(WMT14_README)
