@@ -40,16 +40,27 @@ import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 
-from common.errors import DataError
 from data.batching import TokenBatchSampler, plan_update
-from data.corpus import prepare_data
+from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
 from evaluation.configs import compose_config
 from runs.device import hardware_name
 
 ROOT = Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-WMT14_LAYOUT = ROOT.parent / "shared" / "data" / "wmt14_layout_multi30k"
+MULTI30K = MULTI30K_HUB  # the corpus the generated lines are joined from (or a local copy)
+# the README.md of a folder in wmt/wmt14's layout: it names the de-en config and its splits
+WMT14_README = """---
+configs:
+- config_name: de-en
+  data_files:
+  - split: train
+    path: de-en/train-*
+  - split: validation
+    path: de-en/validation-*
+  - split: test
+    path: de-en/test-*
+---
+"""
 WMT14_TRAIN_PAIRS = 4_508_785
 EVAL_PAIRS = {"validation": 3_000, "test": 3_003}  # newstest2013, newstest2014
 SHARDS = 3
@@ -91,12 +102,16 @@ def synthetic_lines(
     return out_en, out_de
 
 
-def write_hub_corpus(out: Path, pairs: int, corpus_dir: Path = MULTI30K, seed: int = 0) -> Path:
-    """Write a corpus of `pairs` training pairs in wmt/wmt14's de-en layout under out."""
-    en = (corpus_dir / "train.en").read_text(encoding="utf-8").splitlines()
-    de = (corpus_dir / "train.de").read_text(encoding="utf-8").splitlines()
+def write_hub_corpus(
+    out: Path, pairs: int, corpus_dir: str | Path = MULTI30K, seed: int = 0
+) -> Path:
+    """Write a corpus of `pairs` training pairs in wmt/wmt14's de-en layout under out, joined
+    from Multi30k's training pairs (corpus_dir: its hub id or a local copy, as data.path)."""
+    multi30k = load_multi30k(str(corpus_dir), setting="--corpus-dir")
+    train = select_direction(multi30k, "en", "de")["train"]
+    en, de = list(train["src"]), list(train["tgt"])
     (out / "de-en").mkdir(parents=True, exist_ok=True)
-    shutil.copy(WMT14_LAYOUT / "README.md", out / "README.md")  # names the de-en config
+    (out / "README.md").write_text(WMT14_README)
     rng, np_rng = random.Random(seed), np.random.default_rng(seed)
     sizes = {"train": pairs, **EVAL_PAIRS}
     for split, size in sizes.items():
@@ -209,12 +224,10 @@ def benchmark_data(
     max_tokens: int = 4096,
     ddp: bool = True,
     keep: bool = False,
-    corpus_dir: Path = MULTI30K,
+    corpus_dir: str | Path = MULTI30K,
     echo: Callable[[str], None] = print,
 ) -> dict:
     """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch."""
-    if not (corpus_dir / "train.en").is_file():
-        raise DataError(f"Multi30k not found at {corpus_dir}: pass --corpus-dir <its folder>")
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-data-"))
     settings = {"num_proc": num_proc, "vocab_size": vocab_size}
     settings.update(tokenizer_sample=tokenizer_sample, max_tokens=max_tokens)

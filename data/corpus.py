@@ -120,6 +120,104 @@ def load_hub(path: str, name: str | None = None, **kwargs: Any) -> datasets.Data
     return loaded
 
 
+MULTI30K_HUB = "bentrevett/multi30k"  # the default of configs/data/multi30k.yaml
+MULTI30K_LANGS = ("en", "de")
+# Multi30k's three splits in its two local layouts: the hub's (one JSON object a line, as
+# bentrevett/multi30k holds them) and plain text (NAME.en / NAME.de, line-aligned)
+MULTI30K_JSONL = {"train": "train.jsonl", "validation": "val.jsonl", "test": "test.jsonl"}
+MULTI30K_TEXT = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+MULTI30K_EXPECTED = (
+    "train.jsonl, val.jsonl, test.jsonl (the hub's layout) or train, val, test_2016_flickr "
+    ".en/.de (plain text)"
+)
+
+
+def multi30k_text_files(folder: str | Path) -> dict[str, dict[str, str]]:
+    """The load_text_pairs files (split -> {lang: path}) of Multi30k as plain text in folder."""
+    return {
+        split: {lang: str(Path(folder) / f"{name}.{lang}") for lang in MULTI30K_LANGS}
+        for split, name in MULTI30K_TEXT.items()
+    }
+
+
+def multi30k_layout(folder: Path) -> str | None:
+    """'hub' or 'text': the Multi30k layout whose files are all in folder (None: neither)."""
+    if all((folder / name).is_file() for name in MULTI30K_JSONL.values()):
+        return "hub"
+    text = multi30k_text_files(folder)
+    if all(Path(p).is_file() for langs in text.values() for p in langs.values()):
+        return "text"
+    return None
+
+
+def load_multi30k(
+    path: str = MULTI30K_HUB, setting: str = "data.path", **kwargs: Any
+) -> datasets.DatasetDict:
+    """Multi30k from a hub id, or a local folder in the hub's layout or as plain text.
+
+    The layout of a folder is read from its files; kwargs (cache_dir, revision, ...) go to
+    load_hub (a hub id or a folder in the hub's layout). Every source gives the same pairs.
+    setting: what names path, for the messages (data.path, or a script's option).
+    """
+    path = str(path)
+    local = Path(path).expanduser()
+    if not (os.path.isabs(path) or path.startswith((".", "~")) or local.exists()):
+        return _load_multi30k_hub(path, setting, **kwargs)
+    layout = multi30k_layout(local) if local.is_dir() else None
+    if layout == "hub":
+        return load_hub(str(local), **kwargs)
+    if layout == "text" and kwargs:
+        raise DataError(
+            f"data.corpus.{next(iter(kwargs))} applies to the hub's layout, but {setting}={path} "
+            "holds plain text; remove it"
+        )
+    if layout == "text":
+        return load_text_pairs(multi30k_text_files(local))
+    what = "is not a Multi30k folder" if local.is_dir() else "not found"
+    where = "" if str(local.resolve()) == path else f" ({local.resolve()})"
+    raise DataError(
+        f"{setting}={path}{where} {what}: expected {MULTI30K_EXPECTED}; "
+        f"pass {setting}=<a folder holding one of them>"
+    )
+
+
+def _load_multi30k_hub(hub_id: str, setting: str, **kwargs: Any) -> datasets.DatasetDict:
+    """Multi30k from the hub (load_hub), its failure one line that says to pass a folder."""
+    try:
+        return load_hub(hub_id, **kwargs)
+    except DataError as e:
+        cause = e.__cause__ if e.__cause__ is not None else e
+        raise DataError(
+            f"could not load Multi30k from the hub ({hub_id}): {type(cause).__name__}: "
+            f"{first_line(cause)}; without the hub pass {setting}=<folder>, a local copy "
+            f"holding {MULTI30K_EXPECTED}"
+        ) from e
+
+
+def loads_multi30k(data: Any) -> bool:
+    """Whether a data node loads Multi30k: load_multi30k, or its text files (the old config)."""
+    corpus = data.get("corpus") if isinstance(data, Mapping) else None
+    if not isinstance(corpus, Mapping):
+        return False
+    if corpus.get("_target_") == "data.corpus.load_multi30k":
+        return True
+    files = corpus.get("files")
+    if corpus.get("_target_") != "data.corpus.load_text_pairs" or not isinstance(files, Mapping):
+        return False
+    if not all(isinstance(langs, Mapping) for langs in files.values()):
+        return False
+    names = {
+        split: {lang: Path(str(p)).name for lang, p in langs.items()}
+        for split, langs in files.items()
+    }
+    folders = {Path(str(p)).parent for langs in files.values() for p in langs.values()}
+    expected = {
+        split: {lang: f"{name}.{lang}" for lang in MULTI30K_LANGS}
+        for split, name in MULTI30K_TEXT.items()
+    }
+    return len(folders) == 1 and names == expected
+
+
 def read_lines(path: str | Path, field: str) -> list[str]:
     """The lines of the UTF-8 text file that `field=path` names, without their terminators.
 

@@ -15,6 +15,7 @@ warning, and the weights are then no longer bitwise those of an uninterrupted ru
 from collections.abc import Mapping
 
 from common.errors import UserError
+from data.corpus import loads_multi30k
 
 # Where files go, how often the run logs, saves and validates, threads, device and compilation,
 # and when it stops (a stop below the checkpoint's step is refused by the trainer).
@@ -63,13 +64,19 @@ def flatten(node: Mapping, prefix: str = "") -> dict[str, object]:
 
 
 def setting_differences(stored: Mapping, wanted: Mapping) -> tuple[list[str], list[str]]:
-    """(refused, allowed): 'key: old -> new' for each leaf that differs, split by KEEP_THE_MATH."""
+    """(refused, allowed): 'key: old -> new' for each leaf that differs, split by KEEP_THE_MATH.
+
+    Where both load Multi30k, data.path and data.corpus (its location: the hub, a folder in the
+    hub's layout or as text) keep the math too: the sources hold the same pairs in one order.
+    """
     old, new = flatten(stored), flatten(wanted)
+    both = all(loads_multi30k(config.get("data")) for config in (stored, wanted))
+    keep = KEEP_THE_MATH + (("data.path", "data.corpus") if both else ())
     refused, allowed = [], []
     for key in sorted(set(old) | set(new)):
         if old.get(key, "<absent>") != new.get(key, "<absent>"):
             line = f"{key}: {old.get(key, '<absent>')} -> {new.get(key, '<absent>')}"
-            keeps = any(key == k or key.startswith(f"{k}.") for k in KEEP_THE_MATH)
+            keeps = any(key == k or key.startswith(f"{k}.") for k in keep)
             (allowed if keeps else refused).append(line)
     return refused, allowed
 

@@ -308,7 +308,11 @@ def add_data_command(commands) -> None:
     data.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch and side")
     data.add_argument("--vocab-size", type=int, default=37_000)
     data.add_argument("--tokenizer-sample", type=int, default=2_000_000)
-    data.add_argument("--corpus-dir", type=Path, default=MULTI30K, help="Multi30k text folder")
+    data.add_argument(
+        "--corpus-dir",
+        default=MULTI30K,
+        help="Multi30k: its hub id, or a local copy (a folder in the hub's layout or as text)",
+    )
     data.set_defaults(run=run_data)
 
 

@@ -71,6 +71,18 @@ def test_table3_base_is_the_paper_recipe():
     assert learned.position._target_.endswith("LearnedPositionEncoding")
 
 
+@pytest.mark.parametrize(
+    "experiment", sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*multi30k*.yaml"))
+)
+def test_multi30k_experiments_load_from_the_hub_by_default(experiment):
+    """No folder of our machines: the hub id, unless data.path names a local copy."""
+    data = compose_config([f"experiment={experiment}", "run_dir=unused"]).data
+    assert data.corpus._target_ == "data.corpus.load_multi30k"
+    assert data.path == data.corpus.path == "bentrevett/multi30k"
+    local = compose_config([f"experiment={experiment}", "data.path=/copy", "run_dir=unused"])
+    assert local.data.corpus.path == "/copy"
+
+
 def test_model_configs_build(position_yaml):
     cfg = compose_config(["model=tiny", f"position={position_yaml.stem}", "run_dir=unused"])
     model = instantiate(cfg.model, position=cfg.position, vocab_size=100)

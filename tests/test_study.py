@@ -10,16 +10,16 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from common.errors import UserError
 from data.corpus import load_split
-from data.errors import UserError
-from data.run_record import code_version
-from evaluation.flops import machine_description
 from evaluation.study import (
     CONDITIONS,
     KS,
     POOLED,
+    RECORDS,
     SEARCH,
     STUDY_FILE,
+    Job,
     StudyError,
     bucket_markdown,
     bucket_table,
@@ -28,6 +28,7 @@ from evaluation.study import (
     job_command,
     planned_jobs,
     provenance_line,
+    record_mismatch,
     row_e,
     row_e_markdown,
     run_study,
@@ -35,6 +36,8 @@ from evaluation.study import (
     seeds_cell,
     write_report,
 )
+from runs.device import machine_description
+from runs.record import code_version
 from scripts.study import main as study_main
 from scripts.study import parse
 from tests.conftest import compose_config
@@ -639,3 +642,14 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
         -statistics.fmean(shifts["far"])
     )
     assert learned[0]["across_seeds"]["p_holm"] == learned[0]["across_seeds"]["p"]
+
+
+@pytest.mark.parametrize("data_path", [None, "../shared/data/multi30k_hub_layout"])
+def test_a_committed_record_on_the_text_folder_still_counts_with_multi30k_from_the_hub(data_path):
+    """The records were trained on ../shared/data/multi30k (plain text); the hub default, or a
+    folder in the hub's layout, is the same corpus at another location, not another setting."""
+    record = RECORDS / "all" / "learned" / "seed-2"
+    overrides = [] if data_path is None else [f"data.path={data_path}"]
+    assert record_mismatch(Job("all", "learned", 2, record), record, overrides) == []
+    changed = record_mismatch(Job("all", "learned", 2, record), record, ["data.max_len=64"])
+    assert changed == ["data.max_len: 256 -> 64"]

@@ -5,6 +5,7 @@ import os
 import random
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -96,6 +97,19 @@ def test_generated_corpus_has_the_hub_layout_and_a_long_tail(tmp_path):
     rare = [w for line in en for w in line.split() if w not in ("a", "b")]
     assert len(set(rare)) > 0.3 * len(rare)  # a long tail: many types seen once or twice
     assert len({rare_word(r) for r in range(100_000)}) == 100_000
+
+
+def test_the_generated_corpus_is_the_same_from_either_multi30k_layout(tmp_path):
+    """--corpus-dir takes Multi30k as data.path does: the hub's layout joins the same lines."""
+    made = {
+        name: write_hub_corpus(tmp_path / name, 3_000, shared_data(name))
+        for name in ("multi30k", "multi30k_hub_layout")
+    }
+    tables = {
+        name: [pq.read_table(f) for f in sorted((folder / "de-en").glob("*.parquet"))]
+        for name, folder in made.items()
+    }
+    assert len(tables["multi30k"]) == 5 and tables["multi30k"] == tables["multi30k_hub_layout"]
 
 
 def test_decode_benchmark_reports_sane_figures():

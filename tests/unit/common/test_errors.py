@@ -75,12 +75,15 @@ def test_hydra_full_error_reraises_user_errors(monkeypatch):
         entry(DataError("x"))()
 
 
-def run(command: list[str], prelude: str = "") -> subprocess.CompletedProcess:
-    """Run an entry point from the checkout; prelude runs first, in the same process."""
+def run(
+    command: list[str], prelude: str = "", env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """Run an entry point from the checkout; prelude runs first, in the same process; env: more
+    environment variables."""
     script, args = command[0], command[1:]
     launch = f"import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path({script!r}, "
     launch += "run_name='__main__')"
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT)}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(ROOT), **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", f"{prelude}\n{launch}", script, *args],
         cwd=ROOT,
@@ -94,6 +97,10 @@ def run(command: list[str], prelude: str = "") -> subprocess.CompletedProcess:
 # (entry point and arguments that fail for a reason the user can fix, text of the error line)
 USER_ERRORS = {
     "train": (["train.py", "data=text", "data.files.train.en=/absent.en"], "data.files.train.de"),
+    "train_multi30k": (
+        ["train.py", "experiment=multi30k_small", "data.path=/absent_multi30k"],
+        "data.path=/absent_multi30k not found: expected train.jsonl",
+    ),
     "evaluate": (["evaluate.py", "run_dir=/absent_run"], "/absent_run"),
     "compare": (["scripts/compare.py", "/absent_runs"], "/absent_runs"),
     "extrapolation": (["scripts/extrapolation.py", "--variants", "fourier"], "fourier"),
@@ -115,11 +122,25 @@ BUGS = {
 @pytest.mark.parametrize("name", USER_ERRORS)
 def test_user_errors_on_the_command_line_are_one_line_and_exit_1(name, tmp_path):
     command, text = USER_ERRORS[name]
-    result = run([*command, f"hydra.run.dir={tmp_path}"] if name == "train" else command)
+    train = name.startswith("train")
+    result = run([*command, f"hydra.run.dir={tmp_path}"] if train else command)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     assert lines[-1].startswith("error: ") and text in lines[-1], result.stderr[-2000:]
+
+
+def test_multi30k_without_the_hub_is_one_line_saying_to_pass_data_path(tmp_path):
+    """The default hub id, offline (HF_*_OFFLINE: datasets fails at once, without retrying)."""
+    offline = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    command = ["train.py", "experiment=multi30k_small", f"hydra.run.dir={tmp_path / 'run'}"]
+    result = run(command, env=offline)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert lines[-1].startswith(
+        "error: could not load Multi30k from the hub (bentrevett/multi30k): ConnectionError: "
+    )
+    assert "without the hub pass data.path=<folder>" in lines[-1]
 
 
 @pytest.mark.parametrize("name", BUGS)

@@ -12,10 +12,12 @@ from omegaconf import OmegaConf
 
 from data import corpus as corpus_module
 from data.corpus import (
+    MULTI30K_HUB,
     DataError,
     clean_train,
     data_identity,
     load_hub,
+    load_multi30k,
     load_split,
     load_text_pairs,
     prepare_data,
@@ -23,10 +25,11 @@ from data.corpus import (
     select_direction,
 )
 from data.tokenizer import EOS_ID, UNK_ID, Tokenizer
-from tests.conftest import SHARED_DATA, shared_data
+from tests.conftest import SHARED_DATA, compose_config, shared_data
 
 WMT14_LAYOUT = SHARED_DATA / "wmt14_layout_multi30k"
 MULTI30K = SHARED_DATA / "multi30k"
+SPLIT_SIZES = {"train": 29000, "validation": 1014, "test": 1000}  # Multi30k
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -152,6 +155,73 @@ def test_load_text_pairs_invalid_utf8(tmp_path):
     message = str(info.value)
     assert str(de) in message and "line 3" in message and "UTF-8" in message
     assert isinstance(info.value.__cause__, UnicodeDecodeError)
+
+
+# load_multi30k (configs/data/multi30k.yaml) ------------------------------------------------------
+
+
+def multi30k_pairs(*overrides: str) -> dict[str, list[tuple[str, str]]]:
+    """Every split's (en, de) pairs as configs/data/multi30k.yaml loads them with overrides."""
+    data = compose_config(["data=multi30k", "run_dir=unused", *overrides]).data
+    pairs = {}
+    for split in SPLIT_SIZES:
+        ds = load_split(data, split)
+        pairs[split] = list(zip(ds["src"], ds["tgt"], strict=True))
+    return pairs
+
+
+def test_multi30k_is_the_hub_id_by_default_and_a_hub_layout_folder_loads_as_it_does(tmp_path):
+    """The default names the hub; a folder in the hub's layout goes datasets.load_dataset's way,
+    load_hub's, as the hub id does, and gives the hub's split names and columns."""
+    folder = shared_data("multi30k_hub_layout")
+    data = compose_config(["data=multi30k", "run_dir=unused"]).data
+    assert data.path == data.corpus.path == MULTI30K_HUB == "bentrevett/multi30k"
+    assert data.corpus._target_ == "data.corpus.load_multi30k"
+    raw = datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "hf"))
+    assert {split: len(ds) for split, ds in raw.items()} == SPLIT_SIZES
+    assert raw["train"].column_names == ["en", "de"]
+    loaded = load_multi30k(str(folder), cache_dir=str(tmp_path / "hf"))
+    for split in SPLIT_SIZES:
+        assert loaded[split][:] == raw[split][:]
+    assert raw["train"][0]["en"] == "Two young, White males are outside near many bushes."
+
+
+def test_the_three_multi30k_sources_give_the_same_pairs_in_the_same_order(tmp_path):
+    """A folder in the hub's layout, a plain-text folder, and the study's records' config
+    (load_text_pairs on the text files): every split, pair by pair."""
+    hub_layout, text = shared_data("multi30k_hub_layout"), shared_data("multi30k")
+    from_hub_layout = multi30k_pairs(
+        f"data.path={hub_layout}", f"+data.corpus.cache_dir={tmp_path / 'hf'}"
+    )
+    from_text = multi30k_pairs(f"data.path={text}")
+    recorded = select_direction(load_text_pairs(multi30k_files()), "en", "de")
+    assert {split: len(pairs) for split, pairs in from_text.items()} == SPLIT_SIZES
+    for split, pairs in from_text.items():
+        assert from_hub_layout[split] == pairs, split
+        assert list(zip(recorded[split]["src"], recorded[split]["tgt"], strict=True)) == pairs
+    de_en = multi30k_pairs(f"data.path={text}", "data.src_lang=de", "data.tgt_lang=en")
+    assert de_en["test"][-1] == from_hub_layout["test"][-1][::-1]
+
+
+@pytest.mark.parametrize("present", [[], ["train.jsonl", "val.jsonl"], ["train.en", "train.de"]])
+def test_a_folder_in_neither_multi30k_layout_is_one_line_naming_it_and_the_files(tmp_path, present):
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    for name in present:
+        write_lines(folder / name, ['{"en": "a", "de": "b"}'])
+    for path, what in ((folder, "is not a Multi30k folder"), (tmp_path / "absent", "not found")):
+        with pytest.raises(DataError) as info:
+            load_multi30k(str(path))
+        message = str(info.value)
+        assert message.startswith(f"data.path={path} {what}: expected train.jsonl, val.jsonl, ")
+        assert "test.jsonl (the hub's layout) or train, val, test_2016_flickr .en/.de" in message
+        assert "\n" not in message
+
+
+def test_a_hub_option_on_a_text_folder_is_refused(tmp_path):
+    text = shared_data("multi30k")
+    with pytest.raises(DataError, match=r"^data.corpus.revision applies to the hub's layout"):
+        load_multi30k(str(text), revision="main")
 
 
 def test_select_direction_unknown_language(tmp_path):

@@ -1,10 +1,13 @@
 """runs/settings.py and runs/resume.py: settings refused before any data is read."""
 
+import copy
+
 import pytest
+from omegaconf import OmegaConf
 
 from runs.resume import KEEP_THE_MATH, setting_differences
 from runs.settings import SettingError, check_training_settings
-from tests.conftest import CONFIG_DIR, compose_config
+from tests.conftest import CONFIG_DIR, ROOT, compose_config
 
 
 @pytest.mark.parametrize(
@@ -52,3 +55,25 @@ def test_the_allowed_keys_exist_in_the_configs():
     for key in KEEP_THE_MATH:
         section, _, name = key.partition(".")
         assert section in cfg and (not name or name in cfg[section]), key
+
+
+def test_multi30k_at_another_location_keeps_the_math_another_corpus_does_not():
+    """A record trained on the text folder (../shared/data/multi30k, load_text_pairs) against
+    today's hub default: the location is allowed; other data, and settings, are still refused."""
+    record = ROOT / "results" / "pe_study" / "runs" / "all" / "sinusoidal" / "seed-1"
+    stored = OmegaConf.to_container(OmegaConf.load(record / ".hydra" / "config.yaml"))
+    assert stored["data"]["corpus"]["_target_"] == "data.corpus.load_text_pairs"
+    for data_path in ("bentrevett/multi30k", "../shared/data/multi30k_hub_layout"):
+        overrides = [f"data.path={data_path}", "seed=2", "run_dir=x"]
+        wanted = compose_config(["experiment=pe_study_multi30k", *overrides])
+        wanted = OmegaConf.to_container(wanted, resolve=True)
+        refused, allowed = setting_differences(stored, wanted)
+        assert refused == ["seed: 1 -> 2"]
+        assert f"data.path: ../shared/data/multi30k -> {data_path}" in allowed
+    other = copy.deepcopy(stored)
+    other["data"]["corpus"]["files"]["train"]["en"] = "../shared/data/multi30k/train.fr"
+    refused, _ = setting_differences(stored, other)
+    assert refused == [
+        "data.corpus.files.train.en: ../shared/data/multi30k/train.en -> "
+        "../shared/data/multi30k/train.fr"
+    ]
