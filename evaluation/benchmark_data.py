@@ -44,8 +44,8 @@ from data.batching import TokenBatchSampler, plan_update
 from data.corpus import prepare_data
 from data.errors import DataError
 from data.tokenizer import default_num_threads
-from evaluation.configs import compose_config
 from evaluation.flops import hardware_name
+from studies.configs import compose_config
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"

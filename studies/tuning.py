@@ -30,11 +30,11 @@ from omegaconf import OmegaConf
 from data.errors import UserError
 from data.files import write_json, write_text
 from evaluation.compare import dev_ppl_curve
-from evaluation.configs import compose_config
-from evaluation.extrapolation import position_variants
 from evaluation.plots import pyplot, save
-from evaluation.study import CONDITIONS, RECORDS, ROOT, finished_metrics
 from model.resume import setting_differences
+from studies.configs import compose_config
+from studies.plan import CONDITIONS, RECORDS, ROOT, position_variants
+from studies.records import finished_metrics
 
 DEFAULT_RATES = (0.25, 0.5, 1.0, 2.0)
 DEFAULT_SEEDS = (1, 2)
