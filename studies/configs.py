@@ -6,7 +6,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-# Hydra's compose API keeps one global instance: threads (the study's --jobs N) compose in turn
+# Hydra's compose API keeps one global instance: threads compose in turn
 _COMPOSING = threading.Lock()
 
 

@@ -36,7 +36,7 @@ REQUIRED = ("condition", "variant", "seed", "step", "test", "concat", "by_bucket
 
 
 @dataclass(frozen=True)
-class TestScores:
+class Table3Scores:
     """The Table 3 evaluation of a run (eval/test-last-beam4.json's scores)."""
 
     eval: str
@@ -67,7 +67,7 @@ class StudyRecord:
     wall_seconds: float | None
     hardware: list[str]
     code: list[str]
-    test: TestScores
+    test: Table3Scores
     concat: list[dict]
     max_words: int | None
     by_bucket: list[dict]
@@ -90,7 +90,7 @@ class StudyRecord:
             wall_seconds=record.get("wall_seconds"),
             hardware=record.get("hardware", ["unrecorded"]),
             code=record.get("code", ["unrecorded"]),
-            test=TestScores(
+            test=Table3Scores(
                 **{key: field(test, key, path) for key in ("eval", "bleu", "chrf", "n_sentences")},
                 tok_bleu=test.get("tok_bleu"),
                 signature=test.get("signature"),

@@ -131,6 +131,8 @@ def triage(
             say(f"  {job.label}: finished in {job.run_dir}, not trained again")
             finished.append(job)
         else:
+            if any((job.run_dir / "checkpoints").glob("*.pt")):
+                say(f"  {job.label}: unfinished, resuming from {job.run_dir / 'checkpoints'}")
             to_train.append(job)
     return stored, finished, to_train
 
@@ -196,7 +198,7 @@ def run_study(
             echo(f"  {job.label}: error: {e}")
     echo(
         f"study: {len(done)} of {len(planned)} runs scored: {len(to_train) - len(failures)} "
-        f"trained here, {len(planned) - len(to_train)} recorded or finished before (skipped), "
+        f"trained here, {len(planned) - len(to_train)} finished before (skipped), "
         f"{len(failures)} failed"
     )
     if failures:

@@ -32,7 +32,7 @@ from studies.plan import (
     Job,
     StudyError,
 )
-from studies.records import StudyRecord, TestScores, field, stored_config, trained_on
+from studies.records import StudyRecord, Table3Scores, field, stored_config, trained_on
 
 
 def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
@@ -177,11 +177,11 @@ def concat_scores(job: Job, sets: list[dict]) -> tuple[list[dict], tuple[list[st
     return concat, pooled[1][:3]
 
 
-def test_scores(job: Job) -> TestScores:
+def test_scores(job: Job) -> Table3Scores:
     """The Table 3 evaluation's scores of a run (eval/test-last-beam4.json)."""
     path = job.run_dir / "eval" / f"{TABLE3_EVAL}.json"
     table3 = read_json(path)
-    return TestScores(
+    return Table3Scores(
         eval=TABLE3_EVAL,
         **{key: field(table3, key, path) for key in ("bleu", "chrf", "n_sentences")},
         tok_bleu=table3.get("tok_bleu"),

@@ -13,7 +13,7 @@ import pytest
 
 from data.errors import DataError, UserError, report_user_errors
 from evaluation.compare import CompareError
-from evaluation.extrapolation import StudyError
+from studies.extrapolation import StudyError
 from model.checkpoint import CheckpointError, CheckpointWriteError
 from model.position import PositionRangeError
 from model.training import DivergenceError

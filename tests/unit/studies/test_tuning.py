@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evaluation.tuning import (
+from model.training import DivergenceError
+from studies.tuning import (
     PlateauRun,
     Protocol,
     TuningError,
@@ -25,7 +26,6 @@ from evaluation.tuning import (
     step_budget,
     tune,
 )
-from model.training import DivergenceError
 from tests.conftest import ROOT, script_main
 
 STORE = ROOT / "results" / "pe_study" / "runs"  # optim.lr_scale 1.0
