@@ -129,11 +129,14 @@ def finished_metrics(run_dir: Path) -> dict | None:
 
 
 def stored_config(run_dir: Path) -> DictConfig:
-    """The resolved training config of a run (.hydra/config.yaml)."""
+    """The training config of a run (.hydra/config.yaml); run_dir (Hydra's output folder, kept
+    unresolved by train.py) is the folder the run is read from."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         raise StudyError(f"{path} is missing: {run_dir} was not trained by this study")
-    return OmegaConf.load(path)
+    config = OmegaConf.load(path)
+    config.run_dir = str(run_dir)
+    return config
 
 
 def trained_on(run_dir: Path, key: str) -> list[str]:

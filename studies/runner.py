@@ -18,6 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from data.errors import UserError
 from studies.configs import compose_config
 from studies.plan import (
@@ -160,7 +163,14 @@ def check_launch(launcher: str, jobs: int, conditions, overrides: Sequence[str])
             "pass --launcher submitit_local (or slurm) for runs at a time"
         )
     for condition in conditions:  # a bad override fails here, once, not in every run
-        compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
+        try:
+            compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
+        except (HydraException, OmegaConfBaseException) as e:
+            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StudyError(
+                f"the overrides after -- do not compose with experiment="
+                f"{CONDITIONS[condition]} ({message}): fix them"
+            ) from e
 
 
 def run_study(

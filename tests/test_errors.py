@@ -13,10 +13,10 @@ import pytest
 
 from data.errors import DataError, UserError, report_user_errors
 from evaluation.compare import CompareError
-from studies.extrapolation import StudyError
 from model.checkpoint import CheckpointError, CheckpointWriteError
 from model.position import PositionRangeError
 from model.training import DivergenceError
+from studies.extrapolation import StudyError
 from tests.conftest import ROOT
 
 
