@@ -269,7 +269,10 @@ def test_bad_input_is_one_line_and_launches_nothing(tmp_path, capsys):
     for argv, message in (
         (["report", "--root", str(tmp_path)], "error: no scored runs"),
         (["run", "--root", str(tmp_path), "--launcher", "basic", "--jobs", "2"], "error: --jobs 2"),
-        (["run", "--root", str(tmp_path), "--", "trainer.nope=1"], "error: the overrides after -- do not compose"),
+        (
+            ["run", "--root", str(tmp_path), "--", "trainer.nope=1"],
+            "error: the overrides after -- do not compose",
+        ),
     ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
