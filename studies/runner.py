@@ -198,7 +198,8 @@ def run_study(
     done, finished, to_train = triage(planned, records, training, echo)
     at_once = int(jobs) if launcher == "submitit_local" else None
     for sweep in sweeps(to_train, at_once):
-        launch(sweep, root, launcher, int(jobs), overrides, echo)
+        if (status := launch(sweep, root, launcher, int(jobs), overrides, echo)) != 0:
+            echo(f"study: that sweep ended with exit status {status} (its output is above)")
     max_words, failures = condition_max_words("short"), []
     for job in [j for j in planned if j.label not in done]:
         try:
