@@ -207,8 +207,9 @@ def run_study(
         except UserError as e:
             failures.append(job.label)
             echo(f"  {job.label}: error: {e}")
+    trained = len([j for j in to_train if j.label not in failures])
     echo(
-        f"study: {len(done)} of {len(planned)} runs scored: {len(to_train) - len(failures)} "
+        f"study: {len(done)} of {len(planned)} runs scored: {trained} "
         f"trained here, {len(planned) - len(to_train)} finished before (skipped), "
         f"{len(failures)} failed"
     )

@@ -25,7 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from data.errors import UserError
 from data.files import write_json, write_text
@@ -302,9 +304,6 @@ def check_grid(protocol: Protocol) -> None:
 
 def check_overrides(protocol: Protocol, variant: str) -> None:
     """Refuse overrides (or an experiment) that do not compose: the plan would print them."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     words = point_overrides(protocol, variant, protocol.seeds[0], protocol.rates[0])
     try:
         compose_config([*words, "run_dir=."])
