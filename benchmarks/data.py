@@ -40,10 +40,10 @@ import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 
+from common.configs import compose_config
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
-from evaluation.configs import compose_config
 from runs.device import hardware_name
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -187,8 +187,6 @@ def train_systems(
 
 def measure_peaks(peaks: dict, numpy_blas: dict | None, device, gemm_size: int, echo) -> None:
     """Raise peaks (and numpy_blas) in place to the best GEMM rates measured now, and echo them."""
-    import torch
-
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         # emulated bf16 (a CPU without AVX512-BF16/AMX) runs one 2048-square GEMM in minutes:
         # there one 512-square figure is kept for the record, timed or not
@@ -205,8 +203,6 @@ def measure_peaks(peaks: dict, numpy_blas: dict | None, device, gemm_size: int, 
 
 def random_train_batch(batch_size: int, length: int, vocab_size: int, device) -> dict:
     """A seeded batch of random token ids (src, tgt_in, tgt_out) on device."""
-    import torch
-
     generator = torch.Generator().manual_seed(0)
     src = torch.randint(4, vocab_size, (batch_size, length), generator=generator)  # [B, S]
     tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)  # [B, T+1]
@@ -346,8 +342,6 @@ def train_figure(
     numpy_blas: dict | None,
 ) -> dict:
     """The training figure before its models: the device, the settings, the GEMM peaks."""
-    import torch
-
     return {
         "device": device_name,
         "device_name": hardware_name(device),

@@ -5,10 +5,11 @@ from pathlib import Path
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
+    # matplotlib deferred: optional (the plots extra), needed only when a figure is drawn
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
 
     return plt
 

@@ -10,7 +10,7 @@ hold are skipped and counted) and scores sacreBLEU per source-length bucket (--b
 words, aligned so that one bucket ends at L). It writes <out>/extrapolation.md (also printed),
 extrapolation.json and bleu_by_length.png; an interrupted study resumes where it stopped.
 Arguments after the options are Hydra overrides applied to every run (e.g. cache_dir=...).
-The study itself is evaluation/extrapolation.py.
+The study itself is studies/extrapolation.py.
 """
 
 import argparse
@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import report_user_errors
-from evaluation.extrapolation import CORPORA, markdown, study
+from common.errors import report_user_errors
+from studies.extrapolation import CORPORA, markdown, study
 
 
 def progress(message: str) -> None:

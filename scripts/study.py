@@ -1,7 +1,8 @@
 """The position-encoding study (docs/study.md): train and score every run, then report.
 
     python scripts/study.py run [--condition all joined short] [--variants V ...] [--seeds S ...]
-        [--jobs N] [--root outputs/study] [--records results/pe_study/runs]
+        [--launcher basic|submitit_local|slurm] [--jobs N] [--root outputs/study]
+        [--records results/pe_study/runs]
         [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
     python scripts/study.py tune [--stores S ...] [--out results/pe_tuning] [--plan]
@@ -10,13 +11,14 @@
     python scripts/study.py plateau --runs RUN [RUN ...] [--out results/pe_plateau]
         [--threshold 0.02]
 
-`run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ (one
-thread a run, N runs at a time), resumes unfinished runs, skips finished ones and those the
-record store holds, scores each run once and keeps its record (no checkpoints) in the store
-(evaluation/study.py). `report` writes the tables, JSON and plots of every scored run.
+`run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ through
+`train.py --multirun` and Hydra's launcher (basic: one after the other; submitit_local: N at a
+time; slurm: a cluster), resumes unfinished runs, skips finished ones and those the record store
+holds, scores each run once here and keeps its record (no checkpoints) in the store (studies/).
+`report` writes the tables, JSON and plots of every scored run.
 `tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
 (`--plan`: print the commands of the grid points not run yet) and `plateau` the step budget
-from runs' dev PPL curves (evaluation/tuning.py).
+from runs' dev PPL curves (studies/tuning.py).
 """
 
 import argparse
@@ -26,9 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
-from data.errors import report_user_errors
-from evaluation.study import CONDITIONS, RECORDS, run_study, write_report
-from evaluation.tuning import DEFAULT_RATES, DEFAULT_SEEDS, Protocol, plateau, tune
+from common.errors import report_user_errors
+from studies.plan import CONDITIONS, RECORDS
+from studies.report import write_report
+from studies.runner import LAUNCHERS, run_study
+from studies.tuning import DEFAULT_RATES, DEFAULT_SEEDS, Protocol, plateau, tune
 
 
 def records_folder(value: str) -> Path | None:
@@ -50,7 +54,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     run.add_argument("--variants", nargs="+", help="position variants (default: the study's)")
     run.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the study's plan)")
-    run.add_argument("--jobs", type=int, default=1, help="runs at a time, one thread each")
+    run.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        help="Hydra launcher of the training runs (default: basic, or submitit_local with --jobs)",
+    )
+    run.add_argument("--jobs", type=int, default=1, help="runs at a time (submitit_local, slurm)")
     run.add_argument("--root", type=Path, default=Path("outputs/study"), help="runs folder")
     run.add_argument(
         "--records",
@@ -123,6 +132,7 @@ def main(argv: list[str] | None = None):
             args.jobs,
             args.overrides,
             records=args.records,
+            launcher=args.launcher or ("basic" if args.jobs == 1 else "submitit_local"),
         )
     if args.command == "tune":
         protocol = Protocol(

@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from evaluation.configs import compose_config
+from common.configs import compose_config
 from model.transformer import build_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ import pytest
 
 from common.errors import DataError, UserError, report_user_errors
 from evaluation.compare import CompareError
-from evaluation.extrapolation import StudyError
 from model.position import PositionRangeError
 from runs.checkpoint import CheckpointError, CheckpointWriteError
+from studies.extrapolation import StudyError
 from tests.conftest import ROOT
 from training.step import DivergenceError
 

@@ -4,7 +4,7 @@ line), so each procedure reads in about one screen."""
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX_LINES = 80
 SKIPPED = {"tests", "outputs", "multirun"}
 

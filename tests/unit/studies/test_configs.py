@@ -93,7 +93,7 @@ def test_threads_compose_in_turn():
     """The study's --jobs N composes configs from N threads; Hydra's global instance is shared."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from evaluation.configs import compose_config as compose_in_process
+    from common.configs import compose_config as compose_in_process
 
     with ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(compose_in_process, [f"seed={i}"]) for i in range(32)]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evaluation.tuning import (
+from studies.tuning import (
     PlateauRun,
     Protocol,
     TuningError,
@@ -25,8 +25,8 @@ from evaluation.tuning import (
     step_budget,
     tune,
 )
-from model.training import DivergenceError
 from tests.conftest import ROOT, script_main
+from training.step import DivergenceError
 
 STORE = ROOT / "results" / "pe_study" / "runs"  # optim.lr_scale 1.0
 STORE_05 = ROOT / "results" / "pe_study_lr05" / "runs"  # optim.lr_scale 0.5
@@ -55,7 +55,7 @@ def copy_record(seed: int, store: Path, rate: float, ppl: float | None = None) -
 def diverge(record: Path, caplog) -> None:
     """Leave in a record what a DivergenceError leaves: train.py's warnings in train.log, no
     metrics.json (train.py's own skipped_update writes the lines)."""
-    from train import skipped_update
+    from training.launch import skipped_update
 
     (record / "metrics.json").unlink()
     with caplog.at_level(logging.WARNING, logger="train"):

@@ -24,11 +24,15 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import DictConfig, OmegaConf
 
-from data.errors import UserError
-from data.files import read_json, write_json, write_text
-from evaluation.configs import CONFIG_DIR, compose_config
+from common.configs import compose_config
+from common.files import read_json, write_json, write_text
+from data.corpus import load_split
+from evaluation.evaluate import evaluate
 from evaluation.plots import plot_extrapolation
 from evaluation.statistics import mean, stdev
+from model.position import PositionRangeError
+from studies.plan import StudyError, position_variants
+from training.launch import train
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,6 @@ CORPORA = {
     "toy": Corpus("extrapolation_toy", ("test", "test_long")),
     "multi30k": Corpus("extrapolation_multi30k", ("test", "validation")),
 }
-
-
-class StudyError(UserError):
-    """A problem with the study's arguments or run folders, stated in one line."""
-
-
-def position_variants() -> list[str]:
-    """The position variants of configs/position/*.yaml, by name."""
-    return sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
 
 
 def bucket_of(words: int, max_words: int, width: int) -> tuple[int, int]:
@@ -112,8 +107,6 @@ def stored_config(run_dir: Path) -> DictConfig:
 
 def train_run(run_dir: Path, overrides: list[str], max_words: int, echo=print) -> dict:
     """Train one run into run_dir (resuming its checkpoints), or reuse its metrics.json."""
-    from train import train
-
     if (run_dir / ".hydra" / "config.yaml").is_file():
         trained_on = stored_config(run_dir).data.get("train_max_src_words")
         if trained_on != max_words:
@@ -145,9 +138,6 @@ def evaluate_run(run_dir: Path, split: str, beam: int, echo=print) -> dict | Non
 
     Lines the position encoding cannot hold are skipped and counted; None when no line fits.
     """
-    from evaluate import evaluate
-    from model.position import PositionRangeError
-
     name = f"{split}-last-beam{beam}"
     path = run_dir / "eval" / f"{name}.json"
     last = run_dir / "checkpoints" / "last.pt"
@@ -174,8 +164,6 @@ class SplitCache:
 
     def get(self, data_cfg: DictConfig, split: str) -> tuple[list[str], list[str]]:
         """(sources, references) of one split of the corpus a data config describes."""
-        from data.corpus import load_split
-
         key = json.dumps([OmegaConf.to_container(data_cfg, resolve=True), split], sort_keys=True)
         if key not in self.loaded:
             dataset = load_split(data_cfg, split)
@@ -302,6 +290,99 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_arguments(
+    corpus: str, max_words: int | None, bucket_width: int | None, beam: int, variants
+) -> tuple[list[str], int, int]:
+    """The variants, L and bucket width of a study, or a StudyError naming the bad argument."""
+    if corpus not in CORPORA:
+        raise StudyError(f"--corpus {corpus}: pass one of {', '.join(CORPORA)}")
+    known = position_variants()
+    variants = list(variants or known)
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        hint = " (Hydra overrides go before the options, or after --)" if "=" in unknown[0] else ""
+        raise StudyError(
+            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
+            + hint
+        )
+    if max_words is None:
+        experiment = CORPORA[corpus].experiment
+        max_words = compose_config([f"experiment={experiment}"]).data.train_max_src_words
+    if int(max_words) < 1:
+        raise StudyError(f"--max-words {max_words}: pass a positive number of words")
+    width = int(bucket_width or math.ceil(int(max_words) / 2))
+    if width < 1:
+        raise StudyError(f"--bucket-width {bucket_width}: pass a positive number of words")
+    if beam < 1:
+        raise StudyError(f"--beam {beam}: pass 1 (greedy) or more")
+    return variants, int(max_words), width
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run of one extrapolation study shares."""
+
+    corpus: str
+    max_words: int
+    width: int
+    beam: int
+    minutes: float | None
+    overrides: tuple[str, ...]
+
+
+def evaluate_splits(run_dir: Path, settings: Settings, echo) -> dict[str, dict | None]:
+    """Each evaluation split of the corpus translated and scored with the last checkpoint."""
+    evaluations = {}
+    for split in CORPORA[settings.corpus].splits:
+        scores = evaluate_run(run_dir, split, settings.beam, echo)
+        evaluations[split] = scores
+        if scores is not None:
+            skipped = sum(scores["skipped"].values())
+            echo(
+                f"  {split}: sacreBLEU {scores['bleu']:.2f} on {scores['n_sentences']} "
+                f"lines, {skipped} skipped"
+            )
+    return evaluations
+
+
+def one_run(
+    variant: str, seed: int, run_dir: Path, settings: Settings, splits: SplitCache, echo
+) -> dict:
+    """Train (or reuse) one variant x seed, evaluate it and score it by source length."""
+    run_overrides = [
+        f"experiment={CORPORA[settings.corpus].experiment}",
+        f"position={variant}",
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        f"data.train_max_src_words={settings.max_words}",
+        *([f"trainer.max_minutes={settings.minutes}"] if settings.minutes is not None else []),
+        *settings.overrides,
+    ]
+    start = time.monotonic()
+    metrics = train_run(run_dir, run_overrides, settings.max_words, echo)
+    echo(
+        f"  trained: {metrics['steps']} steps, dev ppl {metrics['dev_ppl']:.2f} "
+        f"({metrics['wall_seconds'] / 60:.1f} min)"
+    )
+    evaluations = evaluate_splits(run_dir, settings, echo)
+    srcs, hyps, refs = run_lines(run_dir, evaluations, splits)
+    cleaning = read_json(run_dir / "data.json")["train_cleaning"]
+    echo(f"  scored in {(time.monotonic() - start) / 60:.1f} min")
+    return {
+        "variant": variant,
+        "seed": seed,
+        "run_dir": str(run_dir),
+        "steps": metrics["steps"],
+        "wall_seconds": metrics["wall_seconds"],
+        "dev_ppl": metrics["dev_ppl"],
+        "train_pairs": cleaning["kept"],
+        "train_cleaning": cleaning,
+        "skipped": sum(h is None for h in hyps),
+        "by_bucket": bleu_by_bucket(srcs, hyps, refs, settings.max_words, settings.width),
+        "by_range": bleu_by_range(srcs, hyps, refs, settings.max_words),
+    }
+
+
 def study(
     corpus: str,
     out: Path,
@@ -318,80 +399,18 @@ def study(
 
     Progress (one line per run and per evaluated split) goes to echo.
     """
-    if corpus not in CORPORA:
-        raise StudyError(f"--corpus {corpus}: pass one of {', '.join(CORPORA)}")
-    known = position_variants()
-    variants = list(variants or known)
-    unknown = [v for v in variants if v not in known]
-    if unknown:
-        hint = " (Hydra overrides go before the options, or after --)" if "=" in unknown[0] else ""
-        raise StudyError(
-            f"unknown position variant(s) {', '.join(unknown)}: pass some of {', '.join(known)}"
-            + hint
-        )
-    experiment = CORPORA[corpus].experiment
-    if max_words is None:
-        max_words = compose_config([f"experiment={experiment}"]).data.train_max_src_words
-    if int(max_words) < 1:
-        raise StudyError(f"--max-words {max_words}: pass a positive number of words")
-    max_words = int(max_words)
-    width = int(bucket_width or math.ceil(max_words / 2))
-    if width < 1:
-        raise StudyError(f"--bucket-width {bucket_width}: pass a positive number of words")
-    if beam < 1:
-        raise StudyError(f"--beam {beam}: pass 1 (greedy) or more")
+    variants, max_words, width = check_arguments(corpus, max_words, bucket_width, beam, variants)
+    settings = Settings(corpus, max_words, width, beam, minutes, tuple(overrides))
     out.mkdir(parents=True, exist_ok=True)
     splits, runs = SplitCache(), []
     jobs = [(variant, seed) for variant in variants for seed in seeds]
     for number, (variant, seed) in enumerate(jobs, start=1):
         run_dir = (out / f"{variant}-s{seed}").resolve()
         echo(f"[{number}/{len(jobs)}] {variant} seed {seed}: {run_dir}")
-        run_overrides = [
-            f"experiment={experiment}",
-            f"position={variant}",
-            f"seed={seed}",
-            f"run_dir={run_dir}",
-            f"data.train_max_src_words={max_words}",
-            *([f"trainer.max_minutes={minutes}"] if minutes is not None else []),
-            *overrides,
-        ]
-        start = time.monotonic()
-        metrics = train_run(run_dir, run_overrides, max_words, echo)
-        echo(
-            f"  trained: {metrics['steps']} steps, dev ppl {metrics['dev_ppl']:.2f} "
-            f"({metrics['wall_seconds'] / 60:.1f} min)"
-        )
-        evaluations = {}
-        for split in CORPORA[corpus].splits:
-            scores = evaluate_run(run_dir, split, beam, echo)
-            evaluations[split] = scores
-            if scores is not None:
-                skipped = sum(scores["skipped"].values())
-                echo(
-                    f"  {split}: sacreBLEU {scores['bleu']:.2f} on {scores['n_sentences']} "
-                    f"lines, {skipped} skipped"
-                )
-        srcs, hyps, refs = run_lines(run_dir, evaluations, splits)
-        cleaning = read_json(run_dir / "data.json")["train_cleaning"]
-        runs.append(
-            {
-                "variant": variant,
-                "seed": seed,
-                "run_dir": str(run_dir),
-                "steps": metrics["steps"],
-                "wall_seconds": metrics["wall_seconds"],
-                "dev_ppl": metrics["dev_ppl"],
-                "train_pairs": cleaning["kept"],
-                "train_cleaning": cleaning,
-                "skipped": sum(h is None for h in hyps),
-                "by_bucket": bleu_by_bucket(srcs, hyps, refs, max_words, width),
-                "by_range": bleu_by_range(srcs, hyps, refs, max_words),
-            }
-        )
-        echo(f"  scored in {(time.monotonic() - start) / 60:.1f} min")
+        runs.append(one_run(variant, seed, run_dir, settings, splits, echo))
     result = {
         "corpus": corpus,
-        "experiment": experiment,
+        "experiment": CORPORA[corpus].experiment,
         "max_words": max_words,
         "bucket_width": width,
         "splits": list(CORPORA[corpus].splits),

@@ -25,16 +25,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from data.errors import UserError
-from data.files import write_json, write_text
+from common.configs import compose_config
+from common.errors import UserError
+from common.files import write_json, write_text
 from evaluation.compare import dev_ppl_curve
-from evaluation.configs import compose_config
-from evaluation.extrapolation import position_variants
 from evaluation.plots import pyplot, save
-from evaluation.study import CONDITIONS, RECORDS, ROOT, finished_metrics
-from model.resume import setting_differences
+from runs.resume import setting_differences
+from studies.plan import CONDITIONS, RECORDS, ROOT, position_variants
+from studies.records import finished_metrics
 
 DEFAULT_RATES = (0.25, 0.5, 1.0, 2.0)
 DEFAULT_SEEDS = (1, 2)
@@ -302,9 +304,6 @@ def check_grid(protocol: Protocol) -> None:
 
 def check_overrides(protocol: Protocol, variant: str) -> None:
     """Refuse overrides (or an experiment) that do not compose: the plan would print them."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     words = point_overrides(protocol, variant, protocol.seeds[0], protocol.rates[0])
     try:
         compose_config([*words, "run_dir=."])

@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 
 from data.corpus import DataError, clean_train, load_split, prepare_data
 from data.tokenizer import EOS_ID
-from evaluation.extrapolation import (
+from evaluation.plots import plot_extrapolation
+from studies.extrapolation import (
     bleu_by_bucket,
     bleu_by_range,
     bucket_of,
@@ -17,7 +18,6 @@ from evaluation.extrapolation import (
     run_lines,
     summarize_variant,
 )
-from evaluation.plots import plot_extrapolation
 from tests.conftest import CONFIG_DIR, compose_config, script_main
 
 main = script_main("extrapolation")

@@ -1,0 +1,203 @@
+"""Trained on short sources vs all lengths, BLEU per source-length bucket (the short condition)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evaluation.plots import pyplot
+from evaluation.statistics import difference_over_seeds
+from studies.cells import cell, holm_by_family, interval, seeds_cell, signed_cell
+from studies.plan import BUCKET_WIDTH
+from studies.records import StudyRecord
+
+
+def bucket_cells(records: list[StudyRecord]) -> tuple[dict[tuple, dict[int, float]], dict]:
+    """BLEU by (variant, bucket, condition) and seed of the short and all runs; bucket sizes."""
+    cells: dict[tuple, dict[int, float]] = {}
+    sizes: dict[str, dict] = {}
+    for record in records:
+        if record.condition not in ("short", "all"):
+            continue
+        for b in record.by_bucket:
+            key = (record.variant, b["bucket"], record.condition)
+            cells.setdefault(key, {})[record.seed] = b["bleu"]
+            sizes[b["bucket"]] = {k: b[k] for k in ("bucket", "low", "high", "beyond", "n")}
+    return cells, sizes
+
+
+def bucket_row(variant: str, size: dict, short: dict, control: dict) -> dict:
+    """One variant at one bucket: short and control BLEU over seeds, their ratio, paired too."""
+    short_iv, control_iv = interval(list(short.values())), interval(list(control.values()))
+    ratio = None
+    if short_iv["mean"] is not None and control_iv["mean"]:
+        ratio = round(short_iv["mean"] / control_iv["mean"], 4)
+    paired = {
+        str(s): round(short[s] / control[s], 4)
+        for s in sorted(set(short) & set(control))
+        if short[s] is not None and control[s]
+    }
+    return (
+        {"variant": variant}
+        | size
+        | {"short": short_iv, "control": control_iv, "ratio": ratio}
+        | {"ratio_by_seed": paired, "ratio_paired": interval(list(paired.values()))}
+        | {"short_seeds": sorted(short), "control_seeds": sorted(control)}
+    )
+
+
+def add_over_in_range(rows: list[dict], in_range: dict | None) -> None:
+    """Each row's ratio per seed over that seed's ratio at the in-range bucket, and its interval."""
+    reference = {
+        r["variant"]: r["ratio_by_seed"]
+        for r in rows
+        if r["bucket"] == (in_range or {}).get("bucket")
+    }
+    for row in rows:
+        ref = reference.get(row["variant"], {})
+        row["over_in_range_by_seed"] = {
+            s: round(v / ref[s], 4) for s, v in row["ratio_by_seed"].items() if ref.get(s)
+        }
+        row["over_in_range"] = interval(list(row["over_in_range_by_seed"].values()))
+
+
+def by_seed(values: dict[str, float]) -> dict[int, float]:
+    """A JSON table by seed (string keys) keyed by int seeds again."""
+    return {int(s): v for s, v in values.items()}
+
+
+def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
+    """Every variant minus the baseline per bucket, by seed (ratio, over in-range); Holm p."""
+    base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
+    differences = [
+        {k: row[k] for k in ("variant", "bucket", "low", "high", "beyond", "n")}
+        | {"baseline": baseline}
+        | {
+            key: difference_over_seeds(
+                by_seed(base[row["bucket"]][f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
+            )
+            for key in ("ratio", "over_in_range")
+        }
+        for row in rows
+        if row["variant"] != baseline and row["bucket"] in base
+    ]
+    holm_by_family(differences, lambda d: (d["bucket"],), ("ratio", "over_in_range"))
+    return differences
+
+
+def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> dict:
+    """The short condition against its control (all lengths), bucket by bucket, with counts.
+
+    Per variant and bucket: BLEU mean over seeds in each condition, their ratio (short /
+    control), the ratio per seed both ran, and the number of sentences in the bucket; the
+    ratio per seed over that seed's ratio in the last bucket within the training lengths
+    ("in_range"), so what a variant already loses or gains at the lengths it was trained on
+    is not read as extrapolation; "differences" holds every variant minus the baseline per
+    bucket, by seed, in both.
+    """
+    cells, sizes = bucket_cells(records)
+    variants = sorted({key[0] for key in cells if key[2] == "short"})
+    # every run is bucketed at the short condition's L, so the control's records know it too
+    max_words = next((r.max_words for r in records if r.condition in ("short", "all")), None)
+    rows = [
+        bucket_row(
+            variant,
+            size,
+            cells.get((variant, name, "short"), {}),
+            cells.get((variant, name, "all"), {}),
+        )
+        for variant in variants
+        for name, size in sorted(sizes.items(), key=lambda item: item[1]["low"])
+    ]
+    in_range = max(
+        (s for s in sizes.values() if not s["beyond"]), key=lambda s: s["low"], default=None
+    )
+    add_over_in_range(rows, in_range)
+    return {
+        "max_words": max_words,
+        "bucket_width": BUCKET_WIDTH,
+        "in_range": (in_range or {}).get("bucket"),
+        "rows": rows,
+        "differences": bucket_differences(rows, baseline),
+    }
+
+
+def bucket_markdown(table: dict) -> str:
+    """buckets.md: short-trained BLEU over the all-lengths control, per bucket, with counts."""
+    lines = [
+        f"# Trained on <= {table['max_words']} source words vs all lengths (the control)",
+        "",
+        f"test_2016_flickr + validation, BLEU per source-length bucket ({table['bucket_width']} "
+        "words; * = beyond the short runs' training lengths), mean over seeds; ratio = short / "
+        "control (and its mean over paired seeds [95% interval]); ÷ in-range = each seed's "
+        f"ratio over its ratio at {table['in_range']} words, the last bucket within the "
+        "training lengths, so what a variant loses or gains there already is not read as "
+        "extrapolation.",
+        "",
+        "| variant | bucket | sentences | short BLEU | control BLEU | ratio | paired ratio "
+        "| ÷ in-range |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    if not table["rows"]:
+        return "\n".join(lines[:4] + ["No run of the short condition is scored yet."]) + "\n"
+    for row in table["rows"]:
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        mark = "*" if row["beyond"] else ""
+        lines.append(
+            f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} | {cell(row['short'])} "
+            f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} "
+            f"| {cell(row['over_in_range'], 3)} |"
+        )
+    if table["differences"]:
+        lines += [
+            "",
+            f"## Each variant's ratio minus {table['differences'][0]['baseline']}'s, per bucket",
+            "",
+            "short / control per seed, the variant's minus the baseline's, paired by seed over the "
+            "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
+            "t-interval: below zero, the variant keeps less of its all-lengths BLEU there; the "
+            "same for the ratio ÷ in-range (below zero beyond the training lengths: the variant "
+            "loses more there than it does within them). Holm p: the t-test's p adjusted by Holm "
+            "within the family of every variant at one bucket, per column.",
+            "",
+            "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range |",
+            "|---|---|---|---|---|---|",
+        ]
+    for diff in table["differences"]:
+        mark = "*" if diff["beyond"] else ""
+        lines.append(
+            f"| {diff['variant']} | {diff['bucket']}{mark} | {diff['n']} "
+            f"| {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
+            f"| {signed_cell(diff['over_in_range'], 3)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_bucket_ratio(table: dict, path: Path) -> None:
+    """Short-trained BLEU / control BLEU per source-length bucket (with its sentences)."""
+
+    plt = pyplot()
+    buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
+    position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for i, variant in enumerate(sorted({r["variant"] for r in table["rows"]})):
+        rows = [r for r in table["rows"] if r["variant"] == variant and r["ratio"] is not None]
+        ax.plot(
+            [position[r["bucket"]] for r in rows],
+            [r["ratio"] for r in rows],
+            marker="o",
+            color=f"C{i}",
+            label=variant,
+        )
+    ax.axhline(1.0, color="grey", linewidth=1)
+    seen = [x for x, (_, _, _, beyond) in enumerate(buckets) if not beyond]
+    if seen:
+        ax.axvline(max(seen) + 0.5, color="black", linestyle="--", linewidth=1)
+    labels = [f"{name}{'*' if beyond else ''}\n{n}" for _, name, n, beyond in buckets]
+    ax.set_xticks(range(len(buckets)), labels, fontsize=7)
+    ax.set_xlabel("source words (* beyond the short runs' lengths); sentences below")
+    ax.set_ylabel("BLEU: trained on short / on all lengths")
+    ax.set_title(f"Trained on <= {table['max_words']} words, relative to the control")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,184 @@
+"""The concatenation test's tables: k sentences joined a line, per condition and variant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from evaluation.plots import pyplot
+from evaluation.statistics import difference_over_seeds
+from studies.cells import cell, holm_by_family, interval, seeds_cell, signed_cell
+from studies.plan import CONCAT_SPLITS, KS, POOLED, ROW_E, SEARCH
+from studies.records import StudyRecord
+
+CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines", "left_out")
+CONCAT_DIFFERENCES = ("bleu", "length_ratio", "bleu_ratio_to_k1")
+
+
+def concat_differences(base: list[dict], other: list[dict]) -> dict:
+    """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics)."""
+    return {
+        key: difference_over_seeds(
+            {r["seed"]: r[key] for r in base if r[key] is not None},
+            {r["seed"]: r[key] for r in other if r[key] is not None},
+        )
+        for key in CONCAT_DIFFERENCES
+    }
+
+
+def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -> dict:
+    """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
+
+    Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
+    is taken per seed, then summarized; "differences" holds every variant minus each baseline
+    (row E's two absolute encodings: a condition may leave one of them undertrained) within a
+    condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1)), a pair of baselines
+    once; "joined_minus_all" the same for each variant trained on joined lines minus its control.
+    """
+    rows = []
+    for record in records:
+        for row in record.concat:
+            if row["split"] == POOLED:
+                rows.append(
+                    {k: getattr(record, k) for k in ("condition", "variant", "seed", "step")}
+                    | {"k": row["k"]}
+                    | {key: row[key] for key in CONCAT_KEYS}
+                )
+    k1 = {(r["condition"], r["variant"], r["seed"]): r["bleu"] for r in rows if r["k"] == 1}
+    for row in rows:
+        base = k1.get((row["condition"], row["variant"], row["seed"]))
+        row["bleu_ratio_to_k1"] = round(row["bleu"] / base, 4) if base else None
+    summary = []
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["condition"], row["variant"], row["k"]), []).append(row)
+    for (condition, variant, k), group in sorted(groups.items()):
+        summary.append(
+            {"condition": condition, "variant": variant, "k": k}
+            | {"seeds": sorted(r["seed"] for r in group), "lines": group[0]["lines"]}
+            | {"left_out": group[0]["left_out"]}
+            | {
+                key: interval([r[key] for r in group])
+                for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
+            }
+        )
+    differences, remedy = [], []
+    for number, baseline in enumerate(baselines):
+        for (condition, variant, k), group in sorted(groups.items()):
+            base = groups.get((condition, baseline, k))
+            if variant not in baselines[: number + 1] and base:
+                differences.append(
+                    {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
+                    | concat_differences(base, group)
+                )
+    for (condition, variant, k), group in sorted(groups.items()):
+        control = groups.get(("all", variant, k))
+        if condition == "joined" and control:
+            remedy.append({"variant": variant, "k": k} | concat_differences(control, group))
+    holm_by_family(
+        differences, lambda d: (d["baseline"], d["condition"], d["k"]), CONCAT_DIFFERENCES
+    )
+    holm_by_family(remedy, lambda d: (d["k"],), CONCAT_DIFFERENCES)
+    return {
+        "splits": list(CONCAT_SPLITS),
+        "ks": list(KS),
+        **SEARCH,
+        "runs": sorted(rows, key=lambda r: (r["condition"], r["variant"], r["k"], r["seed"])),
+        "summary": summary,
+        "differences": differences,
+        "joined_minus_all": remedy,
+    }
+
+
+def concat_markdown(table: dict) -> str:
+    """concat.md: per condition and variant, the scores at each k (mean ± std over seeds)."""
+    lines = [
+        f"# Concatenation test: {' + '.join(table['splits'])} lines joined k at a time",
+        "",
+        "sacreBLEU, chrF, brevity penalty (BP), hypothesis/reference length ratio and "
+        "BLEU(k)/BLEU(1), mean ± std over seeds [95% interval]; beam "
+        f"{table['beam']}, alpha {table['lenpen']}, last checkpoint.",
+        "",
+        "| condition | variant | k | lines (left out) | seeds | BLEU | chrF | BP | length ratio "
+        "| BLEU(k)/BLEU(1) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in table["summary"]:
+        lines.append(
+            f"| {row['condition']} | {row['variant']} | {row['k']} "
+            f"| {row['lines']} ({row['left_out']}) "
+            f"| {', '.join(map(str, row['seeds']))} | {cell(row['bleu'])} | {cell(row['chrf'])} "
+            f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
+            f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
+        )
+    baseline = None
+    for diff in table["differences"]:
+        if diff["baseline"] != baseline:
+            baseline = diff["baseline"]
+            lines += [
+                "",
+                f"## Each variant minus {baseline}, per condition and k",
+                "",
+                "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all "
+                "seeds where fewer than two are shared); Holm p: the t-test's p adjusted by Holm "
+                "within the family of every variant at one condition and k, per column.",
+                "",
+                "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
+                "|---|---|---|---|---|---|---|",
+            ]
+        lines.append(
+            f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
+            f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "
+            f"| {signed_cell(diff['length_ratio'], 3)} "
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
+        )
+    if table["joined_minus_all"]:
+        lines += [
+            "",
+            "## Trained on joined lines minus trained on single sentences, per variant and k",
+            "",
+            "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
+            "above (Holm within each k); what is left of the drop under it is what the position "
+            "encoding owes.",
+            "",
+            "| variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
+            "|---|---|---|---|---|---|",
+        ]
+    for diff in table["joined_minus_all"]:
+        lines.append(
+            f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
+            f"| {signed_cell(diff['bleu'])} | {signed_cell(diff['length_ratio'], 3)} "
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_bleu_vs_k(table: dict, path: Path) -> None:
+    """BLEU against k per variant, the band spanning the seeds; one panel per condition."""
+
+    plt = pyplot()
+    conditions = [c for c in ("all", "joined") if any(r["condition"] == c for r in table["runs"])]
+    fig, axes = plt.subplots(1, max(len(conditions), 1), figsize=(5 * max(len(conditions), 1), 4))
+    axes = [axes] if len(conditions) <= 1 else list(axes)
+    variants = sorted({r["variant"] for r in table["runs"]})
+    for ax, condition in zip(axes, conditions, strict=False):
+        for i, variant in enumerate(variants):
+            rows = [
+                r for r in table["runs"] if r["condition"] == condition and r["variant"] == variant
+            ]
+            if not rows:
+                continue
+            ks = sorted({r["k"] for r in rows})
+            bleus = [[r["bleu"] for r in rows if r["k"] == k] for k in ks]
+            ax.plot(ks, [sum(b) / len(b) for b in bleus], marker="o", color=f"C{i}", label=variant)
+            ax.fill_between(
+                ks, [min(b) for b in bleus], [max(b) for b in bleus], color=f"C{i}", alpha=0.2
+            )
+        ax.set_xticks(list(KS))
+        ax.set_xlabel("k (sentences joined per line)")
+        ax.set_ylabel("sacreBLEU (band: seeds' range)")
+        ax.set_title(f"Concatenation test, trained on: {condition}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,215 @@
+"""A scored run's record (study.json, typed) and the committed record store that keeps it.
+
+A scored run's record (what the report reads: its config, metrics, data.json, study.json,
+segments.json, the Table 3 evaluation with its translations, train.log and tensorboard events;
+no checkpoints) is kept in ``results/pe_study/runs/<condition>/<variant>/seed-<s>/``: a run
+recorded there is not trained again, and a record whose training config differs from the one the
+study would train now is refused, each setting named, rather than mixed in.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from common.configs import compose_config
+from common.files import read_json, write_json
+from runs.record import read_segments
+from runs.resume import setting_differences
+from studies.plan import (
+    CONDITIONS,
+    RECORD_FILES,
+    RECORD_FOLDERS,
+    SEARCH,
+    STUDY_FILE,
+    Job,
+    StudyError,
+    run_dir_of,
+    train_overrides,
+)
+
+REQUIRED = ("condition", "variant", "seed", "step", "test", "concat", "by_bucket")
+
+
+@dataclass(frozen=True)
+class Table3Scores:
+    """The Table 3 evaluation of a run (eval/test-last-beam4.json's scores)."""
+
+    eval: str
+    bleu: float
+    chrf: float
+    n_sentences: int
+    tok_bleu: float | None
+    signature: str | None
+
+
+@dataclass(frozen=True)
+class StudyRecord:
+    """One scored run of the study: its study.json, field for field, in the file's order.
+
+    concat and by_bucket stay rows of a table (one dict a split and k, one a length bucket);
+    hardware and code read ["unrecorded"] in a study.json written before they were kept.
+    """
+
+    condition: str
+    variant: str
+    seed: int
+    run_dir: str
+    step: int
+    search: dict
+    precision: str | None
+    train_cleaning: dict | None
+    dev_ppl: float | None
+    wall_seconds: float | None
+    hardware: list[str]
+    code: list[str]
+    test: Table3Scores
+    concat: list[dict]
+    max_words: int | None
+    by_bucket: list[dict]
+
+    @property
+    def label(self) -> str:
+        return f"{self.condition}/{self.variant}/seed-{self.seed}"
+
+    @classmethod
+    def from_json(cls, record: dict, path: Path) -> StudyRecord:
+        """The record of a study.json's dict; a StudyError names a missing field and the file."""
+        for key in REQUIRED:
+            field(record, key, path)
+        test = record["test"]
+        return cls(
+            **{key: record[key] for key in ("condition", "variant", "seed", "step", "concat")},
+            run_dir=str(record.get("run_dir", path.parent)),
+            search=record.get("search", {}),
+            **{key: record.get(key) for key in ("precision", "train_cleaning", "dev_ppl")},
+            wall_seconds=record.get("wall_seconds"),
+            hardware=record.get("hardware", ["unrecorded"]),
+            code=record.get("code", ["unrecorded"]),
+            test=Table3Scores(
+                **{key: field(test, key, path) for key in ("eval", "bleu", "chrf", "n_sentences")},
+                tok_bleu=test.get("tok_bleu"),
+                signature=test.get("signature"),
+            ),
+            max_words=record.get("max_words"),
+            by_bucket=record["by_bucket"],
+        )
+
+    @classmethod
+    def read(cls, path: Path) -> StudyRecord:
+        """The record in a study.json file."""
+        return cls.from_json(read_json(path), path)
+
+    def write(self, path: Path) -> None:
+        """Write study.json (the same keys, in the same order, as every earlier one)."""
+        write_json(path, asdict(self))
+
+
+def field(record: dict, key: str, path: Path):
+    """record[key], or a StudyError naming the file and the missing field."""
+    if key not in record:
+        raise StudyError(
+            f"{path} has no '{key}' field: it was not written by this project's train.py or "
+            "evaluate.py; delete it and run the study again"
+        )
+    return record[key]
+
+
+def finished_metrics(run_dir: Path) -> dict | None:
+    """metrics.json of a run that completed, else None."""
+    path = run_dir / "metrics.json"
+    if not path.is_file():
+        return None
+    metrics = read_json(path)
+    return metrics if metrics.get("complete", True) else None
+
+
+def stored_config(run_dir: Path) -> DictConfig:
+    """The training config of a run (.hydra/config.yaml); run_dir (Hydra's output folder, kept
+    unresolved by train.py) is the folder the run is read from."""
+    path = run_dir / ".hydra" / "config.yaml"
+    if not path.is_file():
+        raise StudyError(f"{path} is missing: {run_dir} was not trained by this study")
+    config = OmegaConf.load(path)
+    config.run_dir = str(run_dir)
+    return config
+
+
+def trained_on(run_dir: Path, key: str) -> list[str]:
+    """The machines ("hardware") or code ("code") of a run's segments; "unrecorded" if absent."""
+    return sorted({s.get(key) or "unrecorded" for s in read_segments(run_dir)})
+
+
+def current_record(run_dir: Path) -> StudyRecord | None:
+    """study.json of a finished run scored at its final step with the study's search, else None."""
+    metrics = finished_metrics(run_dir)
+    path = run_dir / STUDY_FILE
+    if metrics is None or not path.is_file():
+        return None
+    record = read_json(path)
+    if record.get("step") != metrics.get("steps") or record.get("search") != SEARCH:
+        return None
+    return StudyRecord.from_json(record, path)
+
+
+def record_mismatch(job: Job, record_dir: Path, overrides: Sequence[str]) -> list[str]:
+    """'key: recorded -> now' for each training setting of a record that the study would change."""
+    wanted = OmegaConf.to_container(compose_config(train_overrides(job, overrides)), resolve=True)
+    stored = OmegaConf.to_container(stored_config(record_dir), resolve=True)
+    refused, _ = setting_differences(stored, wanted)
+    return refused
+
+
+def recorded(job: Job, records: Path, overrides: Sequence[str]) -> StudyRecord | None:
+    """The store's current record of a job (None: not recorded), refused if its config differs."""
+    record_dir = run_dir_of(records, job.condition, job.variant, job.seed)
+    record = current_record(record_dir)
+    if record is None:
+        return None
+    changed = record_mismatch(job, record_dir, overrides)
+    if changed:
+        raise StudyError(
+            f"{record_dir} was trained with other settings than the study's now "
+            f"({'; '.join(changed)}): restore them, or delete that record to train the run again"
+        )
+    return record
+
+
+def keep_record(run_dir: Path, record_dir: Path) -> None:
+    """Copy what the report reads of a scored run (RECORD_FILES, RECORD_FOLDERS) to record_dir."""
+    if run_dir.resolve() == record_dir.resolve():
+        return
+    staging = record_dir.with_name(record_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for name in RECORD_FILES:
+        if (run_dir / name).is_file():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run_dir / name, staging / name)
+    for name in RECORD_FOLDERS:
+        if (run_dir / name).is_dir():
+            shutil.copytree(run_dir / name, staging / name)
+    shutil.rmtree(record_dir, ignore_errors=True)
+    staging.rename(record_dir)  # a record appears whole or not at all
+
+
+def scored_runs(root: Path) -> tuple[list[StudyRecord], list[str]]:
+    """study.json of every run under root (a study root or the record store) that is scored at
+    its final step with the study's search, run_dir set to where it was read; the others' labels.
+    """
+    root = Path(root)
+    records, unscored = [], []
+    for condition in CONDITIONS:
+        for run_dir in sorted((root / condition).glob("*/seed-*")):
+            if not run_dir.is_dir() or run_dir.name.endswith(".partial"):
+                continue
+            label = f"{condition}/{run_dir.parent.name}/{run_dir.name}"
+            record = current_record(run_dir)
+            if record is None:  # unfinished, scored before its last step, or another search
+                unscored.append(label)
+                continue
+            records.append(replace(record, run_dir=str(run_dir)))
+    return records, unscored

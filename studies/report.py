@@ -1,0 +1,378 @@
+"""The study's report: Table 3 (E) extended, the concatenation test and length buckets.
+
+``write_report`` turns every scored run of a record store (or a study root) into the tables,
+JSON and plots of ``results/<study>/`` (docs/study.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from common.files import write_json, write_text
+from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
+from evaluation.statistics import (
+    add_holm,
+    difference_over_seeds,
+    equivalence,
+    power_statement,
+    stdev,
+    two_level_bootstrap,
+)
+from studies.buckets import bucket_markdown, bucket_table, plot_bucket_ratio
+from studies.cells import cell, interval, interval_cell, p_cell, power_cell, seeds_cell
+from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
+from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
+from studies.records import StudyRecord, scored_runs
+
+
+def provenance_line(runs: list[dict], key: str, what: str) -> str:
+    """The report's line on the machines (key "hardware") or code ("code") its runs trained on.
+
+    A run resumed on another machine or code counts under each; the runs with a segment from
+    before segments.json recorded it are named.
+    """
+    counts: dict[str, int] = {}
+    for run in runs:
+        for name in run.get(key, ["unrecorded"]):
+            counts[name] = counts.get(name, 0) + 1
+    parts = [f"{name} ({n})" for name, n in sorted(counts.items()) if name != "unrecorded"]
+    unrecorded = [
+        f"{r['condition']}/{r['variant']}/seed-{r['seed']}"
+        for r in runs
+        if "unrecorded" in r.get(key, ["unrecorded"])
+    ]
+    if unrecorded:
+        parts.append(
+            f"unrecorded ({len(unrecorded)}: {', '.join(unrecorded)}, with a segment trained "
+            f"before segments.json recorded its {key})"
+        )
+    return (
+        f"Trained {what} (runs; one resumed on other {key} counts under each): {'; '.join(parts)}."
+    )
+
+
+def table3(
+    records: list[StudyRecord], out: Path, resamples: int, baseline: str = "sinusoidal"
+) -> dict:
+    """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
+
+    Per variant: dev PPL, sacreBLEU and chrF mean ± std and 95% interval over seeds; every
+    variant minus the baseline and every variant minus learned, paired by seed (BLEU and chrF,
+    each column a family with Holm-adjusted p), with the effect 80% power detects; row (E) with
+    its equivalence test and two-level bootstrap (``row_e``); the steps of every run.
+    """
+    runs = [r for r in records if r.condition == "all"]
+    if not runs:
+        return {}
+    result = compare(
+        [Path(r.run_dir) for r in runs],
+        TABLE3_EVAL,
+        out,
+        resamples=resamples,
+        baseline=baseline,
+    )
+    by_variant: dict[str, list[StudyRecord]] = {}
+    for run in runs:
+        by_variant.setdefault(run.variant, []).append(run)
+    for row in result["variants"]:
+        mine = by_variant.get(row["variant"], [])
+        row["intervals"] = {
+            "dev_ppl": interval([r.dev_ppl for r in mine]),
+            "bleu": interval([r.test.bleu for r in mine]),
+            "chrf": interval([r.test.chrf for r in mine]),
+            "tok_bleu": interval([r.test.tok_bleu for r in mine]),
+        }
+        row["steps_by_seed"] = {str(r.seed): r.step for r in mine}
+    base = by_variant.get(baseline, [])
+    for diff in result["differences"]:
+        other = by_variant[diff["variant"]]
+        diff["chrf_across_seeds"] = difference_over_seeds(
+            scores_by_seed(base, "chrf"), scores_by_seed(other, "chrf")
+        )
+        diff["power"] = paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
+    add_holm([diff["chrf_across_seeds"] for diff in result["differences"]])
+    result["differences_to_learned"] = differences_to(by_variant, ROW_E[1])
+    result["row_e"] = row_e(by_variant, resamples)
+    in_family = [d for d in result["differences"] if (d["baseline"], d["variant"]) == ROW_E]
+    if result["row_e"] and in_family:  # its Holm p within "each variant minus sinusoidal"
+        result["row_e"]["bleu"]["p_holm"] = in_family[0]["across_seeds"].get("p_holm")
+    steps = sorted({r.step for r in runs})
+    result["study"] = {"condition": "all", "steps": steps, "equal_steps": len(steps) == 1}
+    write_json(out / "compare.json", result)
+    write_text(out / "table3.md", table3_markdown(result))
+    return result
+
+
+def scores_by_seed(runs: list[StudyRecord], key: str) -> dict[int, float]:
+    """seed -> the Table 3 evaluation's key (bleu, chrf, tok_bleu) of each run."""
+    return {r.seed: getattr(r.test, key) for r in runs}
+
+
+def paired_power(base: dict[int, float], other: dict[int, float]) -> dict:
+    """The effect a paired t-test over the shared seeds detects at 80% power (from their SD)."""
+    diffs = [other[s] - base[s] for s in sorted(set(base) & set(other))]
+    return asdict(power_statement(stdev(diffs), len(diffs)))
+
+
+def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> list[dict]:
+    """Each variant minus baseline by seed (sacreBLEU, chrF), each column one Holm family."""
+    base = by_variant.get(baseline, [])
+    if not base:
+        return []
+    diffs = [
+        {
+            "variant": variant,
+            "baseline": baseline,
+            "across_seeds": difference_over_seeds(
+                scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
+            ),
+            "chrf_across_seeds": difference_over_seeds(
+                scores_by_seed(base, "chrf"), scores_by_seed(runs, "chrf")
+            ),
+            "power": paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")),
+        }
+        for variant, runs in sorted(by_variant.items())
+        if variant != baseline
+    ]
+    for key in ("across_seeds", "chrf_across_seeds"):
+        add_holm([diff[key] for diff in diffs])
+    return diffs
+
+
+def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> dict | None:
+    """Learned minus sinusoidal by seed: t-interval, TOST at ±1 BLEU, power, two-level bootstrap.
+
+    The bootstrap (resamples > 0) resamples the shared seeds, then each seed's test sentences,
+    from the runs' Table 3 hypotheses; the paper's single-run numbers stand beside.
+    """
+    base_runs, other_runs = by_variant.get(ROW_E[0], []), by_variant.get(ROW_E[1], [])
+    if not base_runs or not other_runs:
+        return None
+    base, other = scores_by_seed(base_runs, "bleu"), scores_by_seed(other_runs, "bleu")
+    seeds = sorted(set(base) & set(other))
+    diffs = [other[s] - base[s] for s in seeds]
+    bootstrap = None
+    if resamples > 0 and seeds:
+        names = variant_names()
+        read = {
+            (r.variant, r.seed): read_run(Path(r.run_dir), TABLE3_EVAL, names)
+            for r in base_runs + other_runs
+            if r.seed in seeds
+        }
+        refs = references(read[ROW_E[0], seeds[0]], None)
+        bootstrap = two_level_bootstrap(
+            {s: hypotheses(read[ROW_E[0], s]) for s in seeds},
+            {s: hypotheses(read[ROW_E[1], s]) for s in seeds},
+            refs,
+            resamples,
+        )
+    paper_base, paper_other = PAPER[ROW_E[0]][1], PAPER[ROW_E[1]][1]
+    return {
+        "variant": ROW_E[1],
+        "baseline": ROW_E[0],
+        "seeds": seeds,
+        "bleu": difference_over_seeds(base, other),
+        "tok_bleu": difference_over_seeds(
+            scores_by_seed(base_runs, "tok_bleu"), scores_by_seed(other_runs, "tok_bleu")
+        ),
+        "equivalence": asdict(equivalence(diffs)),
+        "power": asdict(power_statement(stdev(diffs), len(diffs))),
+        "two_level_bootstrap": None if bootstrap is None else asdict(bootstrap),
+        "paper": {
+            ROW_E[0]: paper_base,
+            ROW_E[1]: paper_other,
+            "difference": round(paper_other - paper_base, 2),
+            "note": "tokenized BLEU on newstest2013, one run each, Vaswani et al. 2017 Table 3",
+        },
+    }
+
+
+def table3_markdown(result: dict) -> str:
+    """Table 3 (E) extended: per variant mean ± std [95% interval] and the paired differences."""
+    lines = [
+        f"# Table 3 (E) extended: test_2016_flickr, beam {SEARCH['beam']}, alpha "
+        f"{SEARCH['lenpen']}, last checkpoint",
+        "",
+        "| variant | seeds | steps | dev PPL | sacreBLEU | chrF | tok. BLEU | paper PPL "
+        "| paper BLEU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["variants"]:
+        iv = row["intervals"]
+        steps = ", ".join(sorted(set(map(str, row["steps_by_seed"].values()))))
+        paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
+        paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
+        lines.append(
+            f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} "
+            f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
+            f"| {cell(iv['tok_bleu'])} | {paper_ppl} | {paper_bleu} |"
+        )
+    lines += [
+        "",
+        "mean ± std over seeds [95% t-interval of the mean]; dev PPL per subword at the last "
+        f"step. {result['paper_note']}",
+    ]
+    families = [(result["baseline"], result["differences"], True)]
+    families.append((ROW_E[1], result.get("differences_to_learned", []), False))
+    for baseline, diffs, bootstrap in families:
+        lines += difference_section(baseline, diffs, bootstrap)
+    if result.get("row_e"):
+        lines += row_e_markdown(result["row_e"])
+    study = result["study"]
+    same = "every run" if study["equal_steps"] else "NOT every run (steps differ)"
+    lines += ["", f"Steps: {', '.join(map(str, study['steps']))} ({same} at one budget)."]
+    return "\n".join(lines) + "\n"
+
+
+def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> list[str]:
+    """One family's table: each variant minus baseline by seed, p and Holm p by each interval."""
+    if not diffs:
+        return []
+    lines = [
+        "",
+        f"## Each variant minus {baseline}, paired by seed",
+        "",
+        "p: two-sided t-test over seeds; Holm: adjusted within this family (one per column). "
+        "80% power: the difference the seeds detect, from the SD of the paired differences.",
+        "",
+        "| variant | seeds | Δ sacreBLEU [95%] | p (Holm) | Δ chrF [95%] | p (Holm) "
+        "| 80% power detects |" + (" bootstrap Δ BLEU [95%], p (Holm) |" if bootstrap else ""),
+        "|---|---|---|---|---|---|---|" + ("---|" if bootstrap else ""),
+    ]
+    for diff in diffs:
+        bleu, chrf = diff["across_seeds"], diff["chrf_across_seeds"]
+        line = (
+            f"| {diff['variant']} | {seeds_cell(bleu)} | {interval_cell(bleu)} | {p_cell(bleu)} "
+            f"| {interval_cell(chrf)} | {p_cell(chrf)} | {power_cell(diff.get('power') or {})} |"
+        )
+        if bootstrap:
+            boot = diff.get("bootstrap")
+            line += (
+                " — |"
+                if not boot
+                else (
+                    f" {boot['difference']:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}], "
+                    f"p {p_cell(boot, 'p_value')} (seed {boot['seeds'][0]} vs "
+                    f"{boot['seeds'][1]}) |"
+                )
+            )
+        lines.append(line)
+    return lines
+
+
+def row_e_markdown(row: dict) -> list[str]:
+    """Row (E): the t-interval, the two-level bootstrap, TOST at ±margin, power and the paper."""
+    eq, power = row["equivalence"], row["power"]
+    boot, paper = row["two_level_bootstrap"], row["paper"]
+    title = f"{row['variant']} minus {row['baseline']}"
+    lines = ["", f"## Row (E): {title}, paired by seed ({', '.join(map(str, row['seeds']))})", ""]
+    lines += ["| measure | value |", "|---|---|"]
+    bleu = f"{interval_cell(row['bleu'])}, p {p_cell(row['bleu'])}"
+    lines.append(f"| Δ sacreBLEU, t-interval over seeds [95%], p | {bleu} |")
+    if boot:
+        lines.append(
+            f"| Δ sacreBLEU, two-level bootstrap (seeds, then test sentences; "
+            f"{boot['resamples']} resamples) [95%] | {boot['difference']:+.2f} "
+            f"[{boot['low']:+.2f}, {boot['high']:+.2f}] |"
+        )
+    lines.append(f"| Δ tok. BLEU, t-interval over seeds [95%] | {interval_cell(row['tok_bleu'])} |")
+    if eq["p"] is not None:
+        verdict = "equivalent" if eq["equivalent"] else "equivalence not shown"
+        lines += [
+            f"| Equivalence at ±{eq['margin']:.1f} BLEU (two one-sided paired t-tests, α "
+            f"{eq['alpha']}) | p {eq['p']:.3f}: {verdict} |",
+            f"| Smallest margin shown equivalent (90% interval [{eq['ci_low']:+.2f}, "
+            f"{eq['ci_high']:+.2f}]) | ±{eq['smallest_margin']:.2f} BLEU |",
+        ]
+    if power["detectable"] is not None:
+        lines.append(
+            f"| 80% power (α {power['alpha']}, SD of paired differences {power['sd']:.2f}) "
+            f"| detects ±{power['detectable']:.2f} BLEU with {power['n']} seeds; ±1.0 needs "
+            f"{power['seeds_for_one']} |"
+        )
+    lines.append(
+        f"| Paper: {paper['note']} | {paper[row['variant']]} vs {paper[row['baseline']]} "
+        f"({paper['difference']:+.1f}) |"
+    )
+    if boot:
+        lines += [
+            "",
+            "The t-interval reads the spread over seeds on this one test set; the two-level "
+            "bootstrap adds which test sentences were drawn, but a resample of "
+            f"{len(boot['seeds'])} seeds keeps only (n - 1)/n of their variance and takes few "
+            "distinct values, so with few seeds it understates the seed spread.",
+        ]
+    return lines
+
+
+def missing_runs(records: list[StudyRecord], root: Path) -> list[str]:
+    """Labels of the study's planned runs (planned_jobs defaults) with no scored record."""
+    done = {(r.condition, r.variant, r.seed) for r in records}
+    return [
+        job.label
+        for job in planned_jobs(root, list(CONDITIONS))
+        if (job.condition, job.variant, job.seed) not in done
+    ]
+
+
+def write_report(
+    root: Path, out: Path, resamples: int = 1000, echo: Callable[[str], None] = print
+) -> dict:
+    """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run."""
+    records, unscored = scored_runs(root)
+    if not records:
+        raise StudyError(
+            f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
+        )
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    missing = missing_runs(records, root)
+    echo(f"report: {len(records)} scored runs; {len(missing)} planned runs missing")
+    if unscored:
+        echo(
+            f"report: {len(unscored)} run folders left out, unfinished or not scored at their "
+            f"last step with the study's search {SEARCH} (`python scripts/study.py run` trains "
+            f"or scores them): {', '.join(unscored)}"
+        )
+    table = table3(records, out, resamples)
+    concat = concat_table(records)
+    write_json(out / "concat.json", concat)
+    write_text(out / "concat.md", concat_markdown(concat))
+    plot_bleu_vs_k(concat, out / "bleu_vs_k.png")
+    buckets = bucket_table(records)
+    write_json(out / "buckets.json", buckets)
+    write_text(out / "buckets.md", bucket_markdown(buckets))
+    if buckets["rows"]:
+        plot_bucket_ratio(buckets, out / "bucket_ratio.png")
+    runs = {
+        "runs": [
+            {k: getattr(r, k) for k in ("condition", "variant", "seed", "step", "dev_ppl")}
+            | {"wall_seconds": r.wall_seconds, "bleu": r.test.bleu, "chrf": r.test.chrf}
+            | {"hardware": r.hardware, "code": r.code}
+            for r in records
+        ],
+        "unscored": unscored,
+        "missing": missing,
+    }
+    write_json(out / "runs.json", runs)
+    lines = [
+        f"# The position-encoding study: {len(records)} scored runs",
+        "",
+        "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
+        "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
+        "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
+        "",
+        f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
+        f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
+        "",
+        provenance_line(runs["runs"], "hardware", "on")
+        + " One seed on two machines agrees only up to float32 rounding, then drifts apart.",
+        provenance_line(runs["runs"], "code", "with"),
+    ]
+    write_text(out / "README.md", "\n".join(lines) + "\n")
+    if table:
+        echo(table3_markdown(table))
+    echo(f"written: {out}/ (README.md, table3.md, compare.json, concat.json, buckets.json, plots)")
+    return {"table3": table, "concat": concat, "buckets": buckets, **runs}

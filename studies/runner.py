@@ -1,0 +1,218 @@
+"""Running the study: train its runs through `train.py --multirun`, then score and record them.
+
+Each (condition, variant, seed) trains into ``<root>/<condition>/<variant>/seed-<s>/``: the runs
+still to train go to Hydra's launcher in sweeps (``hydra.sweep.dir=<root>/<condition>``,
+``hydra.sweep.subdir=<variant>/seed-<s>``), one sweep per condition and set of seeds, so
+``hydra/launcher=slurm`` trains the study on a cluster and ``submitit_local`` N runs at a time
+here. A run the record store holds, or one already finished, is not launched again; an
+unfinished one is launched again and resumes from its checkpoints. Every finished run is then
+scored here, once (studies/scoring.py), and its record kept in the store (studies/records.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from common.configs import compose_config
+from common.errors import UserError
+from studies.plan import (
+    CONDITIONS,
+    ROOT,
+    Job,
+    StudyError,
+    condition_max_words,
+    planned_jobs,
+    run_dir_of,
+)
+from studies.records import StudyRecord, finished_metrics, keep_record, recorded
+from studies.scoring import score_job
+
+LAUNCHERS = ("basic", "submitit_local", "slurm")
+# submitit_local's default limit is 60 minutes a job; a study run may take hours on a CPU
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One `train.py --multirun`: every variant x seed of one condition."""
+
+    condition: str
+    variants: tuple[str, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.variants) * len(self.seeds)
+
+
+def training_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides of the runs' configs: those not addressed to Hydra itself (hydra.*)."""
+    return [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+
+
+def chunks(values: Sequence, size: int) -> list[tuple]:
+    """values in consecutive tuples of at most size."""
+    return [tuple(values[i : i + size]) for i in range(0, len(values), size)]
+
+
+def sweeps(jobs: Sequence[Job], at_once: int | None) -> list[Sweep]:
+    """The sweeps that train jobs: per condition, the variants needing the same seeds together;
+    at_once: at most that many runs a sweep (submitit_local starts a sweep's runs all at once)."""
+    seeds: dict[tuple[str, str], list[int]] = {}
+    for job in jobs:
+        seeds.setdefault((job.condition, job.variant), []).append(job.seed)
+    groups: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for (condition, variant), its_seeds in seeds.items():
+        groups.setdefault((condition, tuple(its_seeds)), []).append(variant)
+    result = []
+    for (condition, its_seeds), variants in groups.items():
+        whole = Sweep(condition, tuple(variants), its_seeds)
+        if at_once is None or whole.size <= at_once:
+            result.append(whole)
+        elif len(its_seeds) <= at_once:
+            size = at_once // len(its_seeds)
+            result += [Sweep(condition, part, its_seeds) for part in chunks(variants, size)]
+        else:
+            result += [
+                Sweep(condition, (variant,), part)
+                for variant in variants
+                for part in chunks(its_seeds, at_once)
+            ]
+    return result
+
+
+def sweep_command(
+    sweep: Sweep, root: Path, launcher: str, jobs: int, overrides: Sequence[str]
+) -> list[str]:
+    """`python train.py --multirun ...` training one sweep into <root>/<condition>/<v>/seed-<s>."""
+    settings = {
+        "basic": [],
+        "submitit_local": [f"hydra.launcher.timeout_min={LOCAL_TIMEOUT_MIN}"],
+        "slurm": [f"hydra.launcher.array_parallelism={jobs}"],
+    }[launcher]
+    return [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--multirun",
+        f"hydra/launcher={launcher}",
+        *settings,
+        f"experiment={CONDITIONS[sweep.condition]}",
+        f"position={','.join(sweep.variants)}",
+        f"seed={','.join(map(str, sweep.seeds))}",
+        f"hydra.sweep.dir={root / sweep.condition}",
+        "hydra.sweep.subdir=${hydra.runtime.choices.position}/seed-${seed}",
+        *overrides,
+    ]
+
+
+def launch(sweep: Sweep, root: Path, launcher: str, jobs: int, overrides, say) -> int:
+    """Run one sweep to its end (its output to this console); the multirun's exit status."""
+    command = sweep_command(sweep, root, launcher, jobs, overrides)
+    say(f"study: {sweep.size} runs of {sweep.condition} through hydra/launcher={launcher}:")
+    say("  " + shlex.join(["python", *command[1:]]))
+    return subprocess.run(command, cwd=ROOT).returncode
+
+
+def triage(
+    planned: list[Job], records: Path | None, overrides: Sequence[str], say
+) -> tuple[dict[str, StudyRecord], list[Job], list[Job]]:
+    """The store's records of planned jobs; the jobs finished here before; the jobs to train."""
+    stored, finished, to_train = {}, [], []
+    for job in planned:
+        if records is not None and (record := recorded(job, records, overrides)):
+            say(f"  {job.label}: recorded in {records}, not trained again")
+            stored[job.label] = record
+        elif finished_metrics(job.run_dir) is not None:
+            say(f"  {job.label}: finished in {job.run_dir}, not trained again")
+            finished.append(job)
+        else:
+            if any((job.run_dir / "checkpoints").glob("*.pt")):
+                say(f"  {job.label}: unfinished, resuming from {job.run_dir / 'checkpoints'}")
+            to_train.append(job)
+    return stored, finished, to_train
+
+
+def score_and_keep(job: Job, root: Path, records: Path | None, max_words, say) -> StudyRecord:
+    """Score a finished run (once) and copy its record to the store."""
+    metrics = finished_metrics(job.run_dir)
+    if metrics is None:
+        raise StudyError(f"{job.label} did not finish: see {job.run_dir / 'train.log'}")
+    record = score_job(job, metrics, root / "concat_sets", max_words, say)
+    if records is not None:
+        keep_record(job.run_dir, run_dir_of(records, job.condition, job.variant, job.seed))
+    return record
+
+
+def check_launch(launcher: str, jobs: int, conditions, overrides: Sequence[str]) -> None:
+    """Refuse a bad launcher, --jobs or override before anything is launched."""
+    if launcher not in LAUNCHERS:
+        raise StudyError(f"--launcher {launcher}: pass one of {', '.join(LAUNCHERS)}")
+    if int(jobs) < 1:
+        raise StudyError(f"--jobs {jobs}: pass 1 or more parallel runs")
+    if launcher == "basic" and int(jobs) > 1:
+        raise StudyError(
+            f"--jobs {jobs} with --launcher basic, which trains one run after the other: "
+            "pass --launcher submitit_local (or slurm) for runs at a time"
+        )
+    for condition in conditions:  # a bad override fails here, once, not in every run
+        try:
+            compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
+        except (HydraException, OmegaConfBaseException) as e:
+            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StudyError(
+                f"the overrides after -- do not compose with experiment="
+                f"{CONDITIONS[condition]} ({message}): fix them"
+            ) from e
+
+
+def run_study(
+    root: Path,
+    conditions: Sequence[str] = ("all",),
+    variants: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    jobs: int = 1,
+    overrides: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+    records: Path | None = None,
+    launcher: str = "basic",
+) -> list[StudyRecord]:
+    """Train (through Hydra's launcher), resume or skip, then score every planned run.
+
+    records: the record store (None: none); a run recorded there is skipped, a run scored here
+    is recorded there. A run that fails is named at the end (StudyError) after the others.
+    """
+    root, training = Path(root).absolute(), training_overrides(overrides)
+    records = None if records is None else Path(records).absolute()
+    planned = planned_jobs(root, conditions, variants, seeds)
+    check_launch(launcher, jobs, conditions, training)
+    kept = "" if records is None else f", records kept in {records}"
+    echo(f"study: {len(planned)} runs in {root}{kept}")
+    done, finished, to_train = triage(planned, records, training, echo)
+    at_once = int(jobs) if launcher == "submitit_local" else None
+    for sweep in sweeps(to_train, at_once):
+        if (status := launch(sweep, root, launcher, int(jobs), overrides, echo)) != 0:
+            echo(f"study: that sweep ended with exit status {status} (its output is above)")
+    max_words, failures = condition_max_words("short"), []
+    for job in [j for j in planned if j.label not in done]:
+        try:
+            done[job.label] = score_and_keep(job, root, records, max_words, echo)
+        except UserError as e:
+            failures.append(job.label)
+            echo(f"  {job.label}: error: {e}")
+    trained = len([j for j in to_train if j.label not in failures])
+    echo(
+        f"study: {len(done)} of {len(planned)} runs scored: {trained} "
+        f"trained here, {len(planned) - len(to_train)} finished before (skipped), "
+        f"{len(failures)} failed"
+    )
+    if failures:
+        raise StudyError(f"{len(failures)} runs failed ({', '.join(failures)}); see their logs")
+    return [done[j.label] for j in planned if j.label in done]

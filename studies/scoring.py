@@ -1,0 +1,226 @@
+"""Scoring a finished run: the Table 3 test set, the concatenation sets and length buckets.
+
+Each finished run is scored once with evaluate.py's search (beam 4, alpha 0.6, last checkpoint,
+the precision the run trained in): ``test-last-beam4`` (test_2016_flickr), ``concat-<split>-k<k>``
+(test and validation lines joined k = 1..4 at a time, data/concatenation.py) and BLEU per
+source-length bucket on test + validation (k = 1); the numbers go to ``<run_dir>/study.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import sacrebleu
+from omegaconf import DictConfig
+
+from common.configs import compose_config
+from common.files import read_json, write_text
+from data.concatenation import join_consecutive_lines, leftover_lines
+from data.corpus import data_identity, load_split
+from evaluation.compare import search_settings
+from evaluation.evaluate import evaluate
+from studies.extrapolation import bleu_by_bucket
+from studies.plan import (
+    BUCKET_WIDTH,
+    CONCAT_SPLITS,
+    KS,
+    POOLED,
+    SEARCH,
+    STUDY_FILE,
+    TABLE3_EVAL,
+    Job,
+    StudyError,
+)
+from studies.records import StudyRecord, Table3Scores, field, stored_config, trained_on
+
+
+def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
+    """Write the joined test sets (split x k) of a run's corpus under out; describe each.
+
+    Lines i*k .. i*k+k-1 of a split joined with one space, references the same way; the last
+    n % k lines of a split are left out (and counted).
+    """
+    src_lang, tgt_lang = str(data_cfg.src_lang), str(data_cfg.tgt_lang)
+    sets = []
+    for split in CONCAT_SPLITS:
+        dataset = load_split(data_cfg, split)
+        srcs, refs = list(dataset["src"]), list(dataset["tgt"])
+        for k in KS:
+            src_path = out / f"{split}-k{k}.{src_lang}"
+            ref_path = out / f"{split}-k{k}.{tgt_lang}"
+            joined_src, joined_ref = (
+                join_consecutive_lines(srcs, k),
+                join_consecutive_lines(refs, k),
+            )
+            for path, lines in ((src_path, joined_src), (ref_path, joined_ref)):
+                text = "".join(line + "\n" for line in lines)
+                if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                    write_text(path, text)
+            sets.append(
+                {
+                    "split": split,
+                    "k": k,
+                    "name": f"concat-{split}-k{k}",
+                    "src_file": src_path,
+                    "ref_file": ref_path,
+                    "lines": len(joined_src),
+                    "left_out": leftover_lines(len(srcs), k),
+                    "sentences": len(srcs),
+                }
+            )
+    return sets
+
+
+def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
+    """Whether an eval JSON scores the run's final step (its `step`, else newer than last.pt)
+    with the study's search."""
+    if not path.is_file():
+        return False
+    record = read_json(path)
+    if {key: search_settings(record)[key] for key in SEARCH} != SEARCH:
+        return False
+    if "step" in record:
+        return int(record["step"]) == int(step)
+    last = run_dir / "checkpoints" / "last.pt"
+    return last.is_file() and path.stat().st_mtime >= last.stat().st_mtime
+
+
+def evaluate_overrides(run_dir: Path, name: str, precision: str, source: dict | None) -> list[str]:
+    """evaluate.py's overrides for one evaluation: the study's SEARCH, last checkpoint."""
+    where = (
+        ["split=test"]
+        if source is None
+        else [
+            f"src_file={source['src_file']}",
+            f"ref_file={source['ref_file']}",
+        ]
+    )
+    return [
+        f"run_dir={run_dir}",
+        *where,
+        f"name={name}",
+        "checkpoint=last",
+        *(f"{key}={value}" for key, value in SEARCH.items()),
+        f"precision={precision}",
+        "long_inputs=skip",
+    ]
+
+
+def length_scores(hyps: list[str], refs: list[str]) -> dict:
+    """sacreBLEU, chrF, brevity penalty, hypothesis/reference length ratio, 1-gram precision."""
+    bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    return {
+        "bleu": round(bleu.score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        "bp": round(bleu.bp, 4),
+        "length_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4),
+        "hyp_len": bleu.sys_len,
+        "ref_len": bleu.ref_len,
+        "unigram_precision": round(bleu.precisions[0], 2),
+    }
+
+
+def scored_lines(path: Path, expected: int, label: str) -> list[str]:
+    """The hypotheses of an evaluation, one per line; every line must have been translated."""
+    hyps = path.read_text(encoding="utf-8").splitlines()
+    if len(hyps) != expected:
+        raise StudyError(
+            f"{label}: {path} has {len(hyps)} translations for {expected} lines (some lines were "
+            "too long for the position encoding); raise model.max_positions for this study"
+        )
+    return hyps
+
+
+def bucket_scores(srcs: list[str], hyps: list[str], refs: list[str], max_words: int) -> list[dict]:
+    """BLEU and sentence count per source-length bucket (words; one bucket ends at max_words)."""
+    rows = bleu_by_bucket(srcs, hyps, refs, max_words, BUCKET_WIDTH)
+    return [{k: row[k] for k in ("bucket", "low", "high", "beyond", "n", "bleu")} for row in rows]
+
+
+def run_evaluations(job: Job, step: int, precision: str, sets: list[dict], say) -> None:
+    """evaluate.py's search on the Table 3 test set and every concatenation set not current yet."""
+    evaluations = [(TABLE3_EVAL, None)] + [(s["name"], s) for s in sets]
+    eval_dir = job.run_dir / "eval"
+    for number, (name, source) in enumerate(evaluations, start=1):
+        if eval_is_current(eval_dir / f"{name}.json", job.run_dir, step):
+            continue
+        start = time.monotonic()
+        overrides = evaluate_overrides(job.run_dir, name, precision, source)
+        evaluate(compose_config(overrides, "evaluate"))
+        seconds = time.monotonic() - start
+        say(f"  {job.label}: evaluated {name} ({number}/{len(evaluations)}, {seconds:.0f} s)")
+
+
+def concat_scores(job: Job, sets: list[dict]) -> tuple[list[dict], tuple[list[str], ...]]:
+    """Per split and k, then pooled over the splits per k, the length scores of the concatenation
+    sets; and (sources, hypotheses, references) of k = 1 pooled (for the length buckets)."""
+    eval_dir = job.run_dir / "eval"
+    concat, pooled = [], {}
+    for s in sets:
+        record = read_json(eval_dir / f"{s['name']}.json")
+        srcs = s["src_file"].read_text(encoding="utf-8").splitlines()
+        refs = s["ref_file"].read_text(encoding="utf-8").splitlines()
+        hyps = scored_lines(eval_dir / f"{s['name']}.hyp", len(srcs), job.label)
+        concat.append(
+            {"split": s["split"], "k": s["k"], "lines": s["lines"], "left_out": s["left_out"]}
+            | length_scores(hyps, refs)
+            | {"ppl": record.get("ppl")}
+        )
+        old = pooled.get(s["k"], ([], [], [], 0))
+        pooled[s["k"]] = (old[0] + srcs, old[1] + hyps, old[2] + refs, old[3] + s["left_out"])
+    for k, (srcs, hyps, refs, left_out) in sorted(pooled.items()):
+        concat.append(
+            {"split": POOLED, "k": k, "lines": len(srcs), "left_out": left_out}
+            | length_scores(hyps, refs)
+        )
+    return concat, pooled[1][:3]
+
+
+def test_scores(job: Job) -> Table3Scores:
+    """The Table 3 evaluation's scores of a run (eval/test-last-beam4.json)."""
+    path = job.run_dir / "eval" / f"{TABLE3_EVAL}.json"
+    table3 = read_json(path)
+    return Table3Scores(
+        eval=TABLE3_EVAL,
+        **{key: field(table3, key, path) for key in ("bleu", "chrf", "n_sentences")},
+        tok_bleu=table3.get("tok_bleu"),
+        signature=table3.get("signature"),
+    )
+
+
+def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> StudyRecord:
+    """Evaluate one finished run (what is not current yet) and write its study.json."""
+    step = int(field(metrics, "steps", job.run_dir / "metrics.json"))
+    study_path = job.run_dir / STUDY_FILE
+    if study_path.is_file():
+        record = read_json(study_path)
+        if record.get("step") == step and record.get("search") == SEARCH:
+            say(f"  {job.label}: scored at step {step}, not scored again")
+            return StudyRecord.from_json(record, study_path)
+    config = stored_config(job.run_dir)
+    precision = str(config.trainer.precision)
+    sets = concat_sets(config.data, sets_root / data_identity(config.data)[:16])
+    run_evaluations(job, step, precision, sets, say)
+    concat, (srcs, hyps, refs) = concat_scores(job, sets)
+    record = StudyRecord(
+        condition=job.condition,
+        variant=job.variant,
+        seed=job.seed,
+        run_dir=str(job.run_dir),
+        step=step,
+        search=SEARCH,
+        precision=precision,
+        train_cleaning=read_json(job.run_dir / "data.json").get("train_cleaning"),
+        dev_ppl=field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
+        wall_seconds=metrics.get("wall_seconds"),
+        hardware=trained_on(job.run_dir, "hardware"),
+        code=trained_on(job.run_dir, "code"),
+        test=test_scores(job),
+        concat=concat,
+        max_words=max_words,
+        by_bucket=bucket_scores(srcs, hyps, refs, max_words),
+    )
+    record.write(study_path)
+    say(f"  {job.label}: test sacreBLEU {record.test.bleu:.2f}, chrF {record.test.chrf:.2f}")
+    return record

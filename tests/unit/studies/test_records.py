@@ -1,0 +1,65 @@
+"""A scored run's record (study.json) as a typed dataclass, and the committed record stores."""
+
+import json
+
+import pytest
+
+from studies.plan import RECORDS, STUDY_FILE, Job
+from studies.records import StudyRecord, record_mismatch, scored_runs
+from tests.conftest import ROOT
+
+STORES = sorted((ROOT / "results").glob("pe_study*/runs"))
+
+
+def test_every_committed_record_reads_and_writes_back_unchanged(tmp_path):
+    """Each study.json of the committed stores is a StudyRecord; written again, the same bytes
+    (records from before `code` was kept read it as unrecorded and gain only that key)."""
+    paths = sorted(p for store in STORES for p in store.glob("*/*/seed-*/" + STUDY_FILE))
+    assert len(paths) >= 100
+    without_code = 0
+    for path in paths:
+        record = StudyRecord.read(path)
+        out = tmp_path / "study.json"
+        record.write(out)
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if "code" not in stored:
+            without_code += 1
+            assert record.code == ["unrecorded"]
+            assert json.loads(out.read_text()) == stored | {"code": ["unrecorded"]}
+        else:
+            assert out.read_bytes() == path.read_bytes(), path
+        assert record.label == f"{stored['condition']}/{stored['variant']}/seed-{stored['seed']}"
+    assert 0 < without_code < len(paths)
+
+
+def test_the_store_s_records_are_its_scored_runs():
+    records, unscored = scored_runs(ROOT / "results" / "pe_study" / "runs")
+    assert len(records) == 76 and unscored == []
+    first = records[0]
+    assert (first.condition, first.variant, first.seed) == ("all", "alibi", 1)
+    assert first.run_dir.endswith("results/pe_study/runs/all/alibi/seed-1")
+    assert first.test.eval == "test-last-beam4" and first.test.n_sentences == 1000
+
+
+def test_a_record_missing_a_field_is_one_line_naming_it(tmp_path):
+    source = next(STORES[0].glob("all/*/seed-1"))
+    broken = tmp_path / "all" / "sinusoidal" / "seed-1"
+    broken.mkdir(parents=True)
+    (broken / "metrics.json").write_text((source / "metrics.json").read_text())
+    record = json.loads((source / STUDY_FILE).read_text())
+    del record["concat"]
+    (broken / STUDY_FILE).write_text(json.dumps(record))
+    with pytest.raises(Exception, match="has no 'concat' field") as error:
+        scored_runs(tmp_path)
+    assert type(error.value).__name__ == "StudyError" and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("data_path", [None, "../shared/data/multi30k_hub_layout"])
+def test_a_committed_record_on_the_text_folder_still_counts_with_multi30k_from_the_hub(data_path):
+    """The records were trained on ../shared/data/multi30k (plain text); the hub default, or a
+    folder in the hub's layout, is the same corpus at another location, not another setting."""
+    record = RECORDS / "all" / "learned" / "seed-2"
+    overrides = [] if data_path is None else [f"data.path={data_path}"]
+    assert record_mismatch(Job("all", "learned", 2, record), record, overrides) == []
+    changed = record_mismatch(Job("all", "learned", 2, record), record, ["data.max_len=64"])
+    assert changed == ["data.max_len: 256 -> 64"]

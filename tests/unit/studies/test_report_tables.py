@@ -1,0 +1,272 @@
+"""The study's report tables from constructed records: concatenation, buckets, row (E), cells."""
+
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from studies.buckets import bucket_markdown, bucket_table
+from studies.cells import seeds_cell
+from studies.concat import concat_markdown, concat_table
+from studies.plan import KS, POOLED, SEARCH
+from studies.records import StudyRecord, Table3Scores
+from studies.report import differences_to, provenance_line, row_e, row_e_markdown
+
+
+def scores(bleu: float, chrf: float = 50.0, tok_bleu: float | None = None) -> Table3Scores:
+    """A Table 3 evaluation's scores."""
+    return Table3Scores("test-last-beam4", bleu, chrf, 1000, tok_bleu, None)
+
+
+def record_of(condition: str, variant: str, seed: int, **fields) -> StudyRecord:
+    """A scored run's record with the fields a table reads set, the others plain."""
+    plain = {
+        "run_dir": f"/runs/{condition}/{variant}/seed-{seed}",
+        "step": 5,
+        "search": SEARCH,
+        "precision": "fp32",
+        "train_cleaning": None,
+        "dev_ppl": 10.0,
+        "wall_seconds": 1.0,
+        "hardware": ["A"],
+        "code": ["c"],
+        "test": scores(20.0),
+        "concat": [],
+        "max_words": 10,
+        "by_bucket": [],
+    }
+    return StudyRecord(condition=condition, variant=variant, seed=seed, **(plain | fields))
+
+
+def test_ratios_per_seed_and_per_bucket():
+    """BLEU(k)/BLEU(1) is taken per seed before summarizing; short/control per bucket."""
+
+    def record(condition, seed, bleus, buckets):
+        concat = [
+            {"split": POOLED, "k": k, "bleu": b, "chrf": b, "bp": 1.0, "length_ratio": 1.0}
+            | {"unigram_precision": 50.0, "lines": 100 // k, "left_out": 100 % k}
+            for k, b in zip(KS, bleus, strict=True)
+        ]
+        rows = [
+            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
+            | {"n": 7, "bleu": b}
+            for low, b in zip((1, 6, 11), buckets, strict=True)
+        ]
+        return record_of(condition, "rope", seed, concat=concat, by_bucket=rows, max_words=10)
+
+    records = [
+        record("all", 1, [40, 20, 10, 8], [40, 30, 20]),
+        record("all", 2, [20, 20, 20, 20], [40, 30, 10]),
+        record("short", 1, [30, 15, 9, 6], [40, 15, 5]),
+    ]
+    concat = concat_table(records)
+    k2 = next(r for r in concat["summary"] if r["condition"] == "all" and r["k"] == 2)
+    assert k2["bleu_ratio_to_k1"]["mean"] == pytest.approx((20 / 40 + 20 / 20) / 2)
+    assert k2["bleu"]["mean"] == 20 and k2["lines"] == 50 and k2["left_out"] == 0
+    buckets = {r["bucket"]: r for r in bucket_table(records)["rows"]}
+    assert buckets["11-15"]["ratio"] == pytest.approx(5 / 15, abs=1e-4)  # short / control means
+    baseline = [
+        replace(
+            r,
+            variant="sinusoidal",
+            concat=[dict(row, bleu=b) for row, b in zip(r.concat, bleus, strict=True)],
+        )
+        for r, bleus in zip(
+            records, ([30, 20, 10, 5], [20, 10, 10, 10], [30, 15, 9, 6]), strict=True
+        )
+    ]
+    concat = concat_table(records + baseline)
+    diffs = {(d["condition"], d["k"]): d for d in concat["differences"]}
+    assert {d["variant"] for d in concat["differences"]} == {"rope"}  # none of the baseline
+    k2 = diffs["all", 2]  # rope minus sinusoidal, seeds 1 and 2 paired
+    assert k2["bleu"]["seeds"] == [1, 2] and k2["bleu"]["difference"] == pytest.approx(5.0)
+    ratio_diffs = [20 / 40 - 20 / 30, 20 / 20 - 10 / 20]
+    assert k2["bleu_ratio_to_k1"]["difference"] == pytest.approx(
+        statistics.fmean(ratio_diffs), abs=1e-3
+    )
+    assert k2["bleu_ratio_to_k1"]["low"] is not None and diffs["short", 1]["bleu"]["low"] is None
+    assert "## Each variant minus sinusoidal, per condition and k" in concat_markdown(concat)
+    learned = [
+        replace(r, variant="learned") for r in records
+    ]  # row E's other encoding, also a base
+    concat = concat_table(records + baseline + learned)
+    pairs = {(d["variant"], d["baseline"]) for d in concat["differences"]}
+    assert pairs == {("rope", "sinusoidal"), ("learned", "sinusoidal"), ("rope", "learned")}
+    rope_vs_learned = [d for d in concat["differences"] if d["baseline"] == "learned"]
+    assert all(d["bleu"]["difference"] == pytest.approx(0.0) for d in rope_vs_learned)  # copies
+    text = concat_markdown(concat)
+    assert text.count("## Each variant minus ") == 2 and "## Each variant minus learned" in text
+    # Holm within each (baseline, condition, k): rope and learned minus sinusoidal, the same p
+    family = [d for d in concat["differences"] if (d["baseline"], d["k"]) == ("sinusoidal", 2)]
+    family = [d["bleu_ratio_to_k1"] for d in family if d["condition"] == "all"]
+    assert len(family) == 2 and family[0]["p"] == family[1]["p"] is not None
+    assert [d["p_holm"] for d in family] == pytest.approx([min(1, 2 * family[0]["p"])] * 2)
+    assert all(d["family_size"] == 2 for d in family)
+    alone = [d for d in concat["differences"] if d["baseline"] == "learned"]
+    assert all(d["bleu"]["family_size"] <= 1 for d in alone)  # rope alone at each k
+    assert f"Holm p {min(1, 2 * family[0]['p']):.3f}" in text
+    assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
+    assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
+
+
+def test_joined_minus_all_pairs_each_variant_with_its_control():
+    """The remedy's effect: each variant's joined runs minus its all-lengths runs, by seed."""
+
+    def record(condition, seed, bleus, ratios):
+        concat = [
+            {"split": POOLED, "k": k, "bleu": b, "chrf": b, "bp": 1.0, "length_ratio": r}
+            | {"unigram_precision": 50.0, "lines": 100 // k, "left_out": 100 % k}
+            for k, b, r in zip(KS, bleus, ratios, strict=True)
+        ]
+        return record_of(condition, "rope", seed, concat=concat)
+
+    records = [
+        record("all", 1, [40, 20, 10, 8], [1.0, 0.6, 0.5, 0.4]),
+        record("all", 2, [30, 15, 10, 6], [1.0, 0.7, 0.5, 0.3]),
+        record("all", 3, [30, 15, 10, 6], [1.0, 0.7, 0.5, 0.3]),  # no joined seed 3: left out
+        record("joined", 1, [38, 30, 25, 20], [1.0, 0.9, 0.9, 0.8]),
+        record("joined", 2, [30, 24, 21, 18], [1.0, 1.0, 0.9, 0.9]),
+    ]
+    concat = concat_table(records)
+    remedy = {d["k"]: d for d in concat["joined_minus_all"]}
+    assert sorted(remedy) == list(KS) and concat["differences"] == []  # no sinusoidal runs
+    k4 = remedy[4]
+    assert k4["variant"] == "rope" and k4["length_ratio"]["seeds"] == [1, 2]
+    assert k4["length_ratio"]["difference"] == pytest.approx(((0.8 - 0.4) + (0.9 - 0.3)) / 2)
+    ratio_diffs = [20 / 38 - 8 / 40, 18 / 30 - 6 / 30]
+    assert k4["bleu_ratio_to_k1"]["difference"] == pytest.approx(
+        statistics.fmean(ratio_diffs), abs=1e-3
+    )
+    assert k4["bleu"]["method"] == "paired t, shared seeds" and k4["bleu"]["low"] is not None
+    text = concat_markdown(concat)
+    assert "## Trained on joined lines minus trained on single sentences" in text
+    assert "| rope | 4 | 1, 2 |" in text
+
+
+def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
+    """Per bucket: a variant's short/control ratio minus sinusoidal's, over the seeds both ran."""
+
+    def record(condition, variant, seed, bleus):
+        rows = [
+            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
+            | {"n": 9, "bleu": b}
+            for low, b in zip((1, 6, 11), [30, *bleus], strict=True)  # 1-5: all alike
+        ]
+        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
+
+    records = [
+        record("all", "sinusoidal", 1, [30, 20]),
+        record("all", "sinusoidal", 2, [30, 30]),
+        record("short", "sinusoidal", 1, [30, 10]),
+        record("short", "sinusoidal", 2, [30, 18]),
+        record("all", "learned", 1, [40, 20]),
+        record("all", "learned", 2, [40, 40]),
+        record("all", "learned", 3, [40, 40]),
+        record("short", "learned", 1, [20, 8]),  # half its control within the lengths
+        record("short", "learned", 2, [40, 16]),
+        record("short", "learned", 3, [40, 4]),  # no sinusoidal seed 3: left out of the pairs
+    ]
+    table = bucket_table(records)
+    diffs = {d["bucket"]: d for d in table["differences"]}
+    assert {d["variant"] for d in table["differences"]} == {"learned"}
+    beyond = diffs["11-15"]
+    assert beyond["ratio"]["seeds"] == [1, 2] and beyond["n"] == 9 and beyond["beyond"]
+    # learned 8/20, 16/40 against sinusoidal 10/20, 18/30
+    assert beyond["ratio"]["difference"] == pytest.approx(((0.4 - 0.5) + (0.4 - 0.6)) / 2)
+    assert beyond["ratio"]["low"] < beyond["ratio"]["difference"] < beyond["ratio"]["high"]
+    assert diffs["6-10"]["ratio"]["difference"] == pytest.approx(((0.5 - 1) + (1 - 1)) / 2)
+    # over the in-range (6-10) ratio: learned seed 1 0.4 / 0.5, seed 2 0.4 / 1; sinusoidal 0.5, 0.6
+    assert table["in_range"] == "6-10"
+    rows = {(r["variant"], r["bucket"]): r for r in table["rows"]}
+    assert rows["learned", "11-15"]["over_in_range_by_seed"] == {"1": 0.8, "2": 0.4, "3": 0.1}
+    assert rows["learned", "6-10"]["over_in_range"]["mean"] == pytest.approx(1.0)
+    relative = beyond["over_in_range"]
+    assert relative["seeds"] == [1, 2]
+    assert relative["difference"] == pytest.approx(((0.8 - 0.5) + (0.4 - 0.6)) / 2)
+    assert beyond["ratio"]["family_size"] == 1  # one variant at each bucket: a family of one
+    assert beyond["ratio"]["p_holm"] == beyond["ratio"]["p"] is not None
+    text = bucket_markdown(table)
+    assert "## Each variant's ratio minus sinusoidal's, per bucket" in text
+    assert f"Holm p {beyond['ratio']['p']:.3f}" in text
+    assert "| learned | 11-15* | 9 | 1, 2 | -0.150 [" in text
+    assert "ratio over its ratio at 6-10 words" in text
+
+
+def test_buckets_without_short_runs_say_so_and_keep_l():
+    """Control runs alone: no rows, the short condition's L in the title, one line saying why."""
+    record = record_of(
+        "all",
+        "sinusoidal",
+        1,
+        max_words=10,
+        by_bucket=[{"bucket": "1-10", "low": 1, "high": 10, "beyond": False, "n": 5, "bleu": 3.0}],
+    )
+    table = bucket_table([record])
+    assert table["rows"] == [] and table["max_words"] == 10
+    text = bucket_markdown(table)
+    assert text.startswith("# Trained on <= 10 source words")
+    assert "No run of the short condition is scored yet." in text and "| variant |" not in text
+
+
+def test_the_provenance_lines_name_the_runs_whose_machine_or_code_is_unrecorded():
+    runs = [
+        {"condition": "all", "variant": "learned", "seed": 1, "hardware": ["A", "unrecorded"]},
+        {"condition": "all", "variant": "sinusoidal", "seed": 2, "hardware": ["A", "B"]},
+        {"condition": "short", "variant": "rope", "seed": 3, "hardware": ["B"], "code": ["c1"]},
+    ]
+    line = provenance_line(runs, "hardware", "on")
+    assert line.startswith("Trained on (runs; one resumed on other hardware counts under each): ")
+    assert "each): A (2); B (2); unrecorded (1: all/learned/seed-1, with a segment" in line
+    assert "all/sinusoidal/seed-2" not in line
+    assert "unrecorded" not in provenance_line(runs[1:], "hardware", "on")
+    code = provenance_line(runs, "code", "with")  # records from before the code was recorded
+    assert "each): c1 (1); unrecorded (2: all/learned/seed-1, all/sinusoidal/seed-2," in code
+    assert "each): unrecorded (1: all/learned" in provenance_line(runs[:1], "code", "with")
+
+
+def test_an_unpaired_difference_names_each_side_s_seeds():
+    paired = {"method": "paired t, shared seeds", "seeds": [1, 2]}
+    assert seeds_cell(paired) == "1, 2"
+    welch = {"method": "Welch t (unpaired seeds)", "seeds": [1, 2, 3]}
+    assert seeds_cell(welch | {"base_seeds": [1, 2, 3], "other_seeds": [1]}) == (
+        "1 vs 1, 2, 3 (unpaired)"
+    )
+    assert seeds_cell(welch) == "1, 2, 3 (unpaired)"  # a record from before the sides were kept
+
+
+def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
+    """Learned minus sinusoidal over 8 seeds: t-interval, TOST at ±1 BLEU, power, the paper."""
+    sinusoidal = [30.0, 31.0, 29.5, 30.5, 31.5, 30.0, 29.0, 30.8]
+    shifts = {"close": [0.2, -0.3, 0.1, 0.0, 0.3, -0.1, 0.2, -0.2], "far": [-2, 1, -3, 0.5] * 2}
+
+    def records(shift: list[float]) -> dict[str, list[StudyRecord]]:
+        return {
+            variant: [
+                record_of("all", variant, seed, test=scores(b + d, 50 + d, b + d))
+                for seed, (b, d) in enumerate(zip(sinusoidal, values, strict=True), start=1)
+            ]
+            for variant, values in (("sinusoidal", [0.0] * 8), ("learned", shift))
+        }
+
+    close = row_e(records(shifts["close"]), resamples=0)
+    assert close["seeds"] == list(range(1, 9)) and close["two_level_bootstrap"] is None
+    assert close["bleu"]["difference"] == pytest.approx(statistics.fmean(shifts["close"]))
+    eq = close["equivalence"]
+    assert eq["margin"] == 1.0 and eq["equivalent"] and eq["smallest_margin"] < 1.0
+    power = close["power"]
+    assert power["n"] == 8 and power["sd"] == pytest.approx(statistics.stdev(shifts["close"]))
+    assert power["detectable"] < 1.0
+    far = row_e(records(shifts["far"]), resamples=0)
+    assert not far["equivalence"]["equivalent"] and far["equivalence"]["smallest_margin"] > 1.0
+    assert far["power"]["detectable"] > 1.0 and far["power"]["seeds_for_one"] > 8
+    assert close["paper"] == far["paper"] and far["paper"]["difference"] == -0.1
+    text = "\n".join(row_e_markdown(far))
+    assert "equivalence not shown" in text and "25.7 vs 25.8 (-0.1)" in text
+    assert f"±{far['equivalence']['smallest_margin']:.2f} BLEU" in text
+    assert ": equivalent |" in "\n".join(row_e_markdown(close))
+    learned = differences_to(records(shifts["far"]), "learned")
+    assert [d["variant"] for d in learned] == ["sinusoidal"]
+    assert learned[0]["across_seeds"]["difference"] == pytest.approx(
+        -statistics.fmean(shifts["far"])
+    )
+    assert learned[0]["across_seeds"]["p_holm"] == learned[0]["across_seeds"]["p"]
