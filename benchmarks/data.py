@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from common.configs import compose_config
+from common.errors import UserError
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
@@ -226,28 +227,45 @@ def benchmark_data(
     keep: bool = False,
     corpus_dir: str | Path = MULTI30K,
     echo: Callable[[str], None] = print,
+    warm_only: bool = False,
 ) -> dict:
-    """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch."""
+    """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch.
+
+    warm_only: reuse the corpus and caches a `keep` run left in workdir (kept again): no
+    generation, no cold launch; the warm launches must find everything prepared.
+    """
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-data-"))
     settings = {"num_proc": num_proc, "vocab_size": vocab_size}
     settings.update(tokenizer_sample=tokenizer_sample, max_tokens=max_tokens)
+    if warm_only:
+        check_kept_workdir(workdir)
     try:
-        echo(f"writing {pairs:,} pairs in the wmt/wmt14 layout to {work / 'corpus'}")
         start = time.perf_counter()
-        corpus = write_hub_corpus(work / "corpus", pairs, corpus_dir)
-        written = time.perf_counter() - start
+        if warm_only:
+            corpus, written = work / "corpus", None
+            pairs = sum(pq.ParquetFile(f).metadata.num_rows for f in corpus.glob("*/train-*"))
+        else:
+            echo(f"writing {pairs:,} pairs in the wmt/wmt14 layout to {work / 'corpus'}")
+            corpus = write_hub_corpus(work / "corpus", pairs, corpus_dir)
+            written = time.perf_counter() - start
         size = sum(p.stat().st_size for p in corpus.rglob("*.parquet"))
+        launches = (("cold", 1), ("warm", 1), ("ddp", 2))[int(warm_only) : 3 if ddp else 2]
         runs = {}
-        for name, ranks in (("cold", 1), ("warm", 1), ("ddp", 2))[: 3 if ddp else 2]:
+        for name, ranks in launches:
             echo(f"{name} launch ({ranks} process{'es' if ranks > 1 else ''})")
             runs[name] = run_launch(corpus, work / "cache", settings, work / name, ranks)
+            if warm_only and any(prepared(run) for run in runs[name]):
+                raise UserError(
+                    f"--warm-only: the cache in {work / 'cache'} lacked this corpus's tokenizer "
+                    f"or encoding for these settings (the {name} launch made them); rerun it"
+                )
         cache_gib = {
             part: sum(p.stat().st_size for p in (work / "cache" / part).rglob("*") if p.is_file())
             / 2**30
             for part in ("hf", "encoded", "tokenizers")
         }
     finally:
-        if not keep:
+        if not keep and not warm_only:
             shutil.rmtree(work, ignore_errors=True)
     return {
         "pairs": pairs,
@@ -263,9 +281,26 @@ def benchmark_data(
     }
 
 
+def check_kept_workdir(workdir: Path | None) -> None:
+    """Refuse --warm-only unless workdir holds the corpus and cache of an earlier --keep run."""
+    if workdir is None:
+        raise UserError("--warm-only reuses a kept run's folder: pass --workdir DIR")
+    for part in ("corpus/README.md", "cache/encoded"):
+        if not (Path(workdir) / part).exists():
+            raise UserError(
+                f"--warm-only: {Path(workdir) / part} not found; prepare the folder first with "
+                f"`scripts/benchmark.py data --workdir {workdir} --keep`"
+            )
+
+
+def prepared(run: dict) -> bool:
+    """Whether a launch trained a tokenizer or encoded a split (so it was not warm)."""
+    return any("training tokenizer" in m or " encoded (" in m for m in run["log"])
+
+
 def data_rows(fig: dict) -> list[tuple[str, ...]]:
     """Table rows: each phase and the memory, per launch (cold, warm, DDP rank 0, rank 1)."""
-    launches = [("cold", fig["runs"]["cold"][0]), ("warm", fig["runs"]["warm"][0])]
+    launches = [(name, fig["runs"][name][0]) for name in ("cold", "warm") if name in fig["runs"]]
     launches += [(f"DDP rank {r['rank']}", r) for r in fig["runs"].get("ddp", [])]
     rows = [("phase", *(name for name, _ in launches))]
     for phase in PHASES:
