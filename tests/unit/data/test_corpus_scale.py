@@ -1,6 +1,7 @@
 """Preparation at scale: lengths and cleaning from the cached Arrow columns, an ids-only cache
 that an interrupted encoding leaves clean, num_proc=auto, and one preparation for many ranks."""
 
+import hashlib
 import os
 import random
 import signal
@@ -24,7 +25,9 @@ from data.corpus import (
     load_split,
     prepare_data,
     resolve_num_proc,
+    select_rows,
     sequence_lengths,
+    train_fingerprint,
 )
 from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
 from tests.conftest import ROOT, default_sigint, tiny_run_overrides
@@ -107,6 +110,44 @@ def test_cleaning_and_lengths_equal_the_slow_reference(data_cfg, tmp_path):
         assert src.tolist() == [len(ids) for ids in rows["src_ids"]]  # row by row, in Python
         assert tgt.tolist() == [len(ids) for ids in rows["tgt_ids"]]
         assert np.array_equal(sequence_lengths(rows, "tgt_ids"), tgt)  # through the index map
+
+
+def fingerprint_reference(rows: dict[str, list], batch_size: int) -> str:
+    """The fingerprint from Python lists: per batch and side, int32 lengths then int32 ids."""
+    digest = hashlib.sha256()
+    for start in range(0, len(rows["src_ids"]), batch_size):
+        for column in ("src_ids", "tgt_ids"):
+            batch = rows[column][start : start + batch_size]
+            digest.update(np.array([len(ids) for ids in batch], np.int32).tobytes())
+            digest.update(np.array([i for ids in batch for i in ids], np.int32).tobytes())
+    return digest.hexdigest()
+
+
+def test_the_fingerprint_hashes_the_rows_trained_on_through_any_index_map():
+    rng = np.random.default_rng(0)
+    parts = [
+        datasets.Dataset.from_dict(
+            {
+                side: [rng.integers(4, 900, rng.integers(1, 9)).tolist() for _ in range(n)]
+                for side in ("src_ids", "tgt_ids")
+            },
+            features=datasets.Features(
+                {c: datasets.Sequence(datasets.Value("int32")) for c in ("src_ids", "tgt_ids")}
+            ),
+        )
+        for n in (23, 31)
+    ]
+    whole = datasets.concatenate_datasets(parts)  # two Arrow chunks
+    kept = select_rows(whole, rng.random(len(whole)) < 0.7)
+    shuffled = kept.select(rng.permutation(len(kept)))
+    for ds in (whole, kept, shuffled):
+        for batch_size in (7, 100):
+            fingerprint = train_fingerprint(ds, batch_size)
+            assert fingerprint == {
+                "pairs": len(ds),
+                "sha256": fingerprint_reference(ds.to_dict(), batch_size),
+            }
+    assert train_fingerprint(kept)["sha256"] != train_fingerprint(shuffled)["sha256"]
 
 
 def test_the_encoded_cache_holds_ids_not_text(data_cfg, tmp_path):
