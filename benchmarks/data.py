@@ -11,8 +11,9 @@ long tail.
 Each launch runs in its own process, as ``train.py`` would: imports, ``prepare_data`` (the same
 call train.py makes: corpus load, tokenizer, encoding, cleaning), then what train.py's
 ``build_state`` does with the data (lengths, ``plan_update``, ``TokenBatchSampler``, the length
-check); the phases are timed from prepare_data's log lines. Cold: empty caches (the Hugging Face
-parquet-to-Arrow conversion included); warm: the same command again. DDP: the warm launch under
+check) and the training pairs' fingerprint its checkpoints keep; the phases are timed from
+prepare_data's log lines. Cold: empty caches (the Hugging Face parquet-to-Arrow conversion
+included); warm: the same command again. DDP: the warm launch under
 ``torch.distributed.run --nproc_per_node=2`` on gloo, each rank's figures and private memory.
 """
 
@@ -43,7 +44,13 @@ import torch.distributed as dist
 from common.configs import compose_config
 from common.errors import UserError
 from data.batching import TokenBatchSampler, plan_update
-from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
+from data.corpus import (
+    MULTI30K_HUB,
+    load_multi30k,
+    prepare_data,
+    select_direction,
+    train_fingerprint,
+)
 from data.tokenizer import default_num_threads
 from runs.device import hardware_name
 
@@ -69,7 +76,7 @@ CHUNK = 250_000  # pairs generated and written at a time
 ZIPF_A, RARE_TYPES = 1.1, 5_000_000  # rare words: ~400k types in 4.5M lines, most seen once
 SYLLABLES = [c + v for c in "bdfgklmnprstvwz" for v in "aeiou"] + ["sch", "ck", "th", "ng"]
 PHASES = ("imports", "load corpus", "tokenizer", "encode train", "other splits", "cleaning")
-PHASES += ("lengths + batching", "data ready")
+PHASES += ("lengths + batching", "fingerprint", "data ready")
 
 
 def rare_word(rank: int) -> str:
@@ -151,6 +158,8 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
     plan = plan_update(src, tgt, 25_000, int(cfg.data.max_tokens), max(world, 1))
     TokenBatchSampler(src, tgt, plan.max_tokens, seed=1, num_replicas=world, rank=rank)
     longest = max(int(x.max()) for x in (*data.split_lengths("validation"), src, tgt))
+    batched = time.time()
+    fingerprint = train_fingerprint(data.splits["train"])  # train.py's, for its checkpoints
     ready = time.time()
     if world > 1:
         dist.barrier()
@@ -178,7 +187,8 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
             "encode train": at["train"] - at["tokenizer"],
             "other splits": at["splits"] - at["train"],
             "cleaning": at["cleaning"] - at["splits"],
-            "lengths + batching": ready - at["cleaning"],
+            "lengths + batching": batched - at["cleaning"],
+            "fingerprint": ready - batched,
             "data ready": ready - start,
         },
         "peak_rss_gib": own,
@@ -186,6 +196,7 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
         "private_gib": psutil.Process().memory_full_info().uss / 2**30,
         "kept": data.counts["kept"],
         "longest": longest,
+        "fingerprint": fingerprint,
         "log": [m for _, m in events],
     }
 

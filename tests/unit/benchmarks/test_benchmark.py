@@ -73,6 +73,7 @@ def test_data_benchmark_times_cold_warm_and_two_ranks(tmp_path):
         assert sum("pairs loaded from cache" in line for line in run["log"]) == 3
     for run in (cold, warm, *ddp):
         assert run["kept"] == cold["kept"] and 0 < run["kept"] <= 3000
+        assert run["fingerprint"] == cold["fingerprint"]  # the same pairs, in the same order
         assert all(seconds >= 0 for seconds in run["phases"].values())
         assert run["phases"]["data ready"] >= run["phases"]["imports"] > 0
         assert run["peak_rss_gib"] >= run["private_gib"] > 0
@@ -96,6 +97,7 @@ def test_warm_only_reuses_a_kept_workdir_and_refuses_what_is_not_one(tmp_path, c
     warm = fig["runs"]["warm"][0]
     assert sum("pairs loaded from cache" in line for line in warm["log"]) == 3
     assert warm["kept"] == kept["runs"]["cold"][0]["kept"]
+    assert warm["fingerprint"] == kept["runs"]["cold"][0]["fingerprint"]
     assert sorted(p.stat().st_mtime_ns for p in (work / "corpus").rglob("*")) == corpus
     assert data_rows(fig)[0] == ("phase", "warm")
     for folder in (work / "cache" / "encoded").iterdir():  # a cache that is not complete
