@@ -44,13 +44,7 @@ import torch.distributed as dist
 from common.configs import compose_config
 from common.errors import UserError
 from data.batching import TokenBatchSampler, plan_update
-from data.corpus import (
-    MULTI30K_HUB,
-    load_multi30k,
-    prepare_data,
-    select_direction,
-    train_fingerprint,
-)
+from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
 from runs.device import hardware_name
 
@@ -159,7 +153,7 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
     TokenBatchSampler(src, tgt, plan.max_tokens, seed=1, num_replicas=world, rank=rank)
     longest = max(int(x.max()) for x in (*data.split_lengths("validation"), src, tgt))
     batched = time.time()
-    fingerprint = train_fingerprint(data.splits["train"])  # train.py's, for its checkpoints
+    fingerprint = data.fingerprint()  # train.py's, for its checkpoints (kept after the first)
     ready = time.time()
     if world > 1:
         dist.barrier()

@@ -564,6 +564,25 @@ class PreparedData:
     counts: dict
     # split -> (source lengths, target lengths), ids with EOS, one entry per row of the split
     lengths: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # where train_fingerprint's result is kept beside the encoded train split (None: not kept)
+    fingerprint_file: Path | None = None
+
+    def fingerprint(self) -> dict:
+        """train_fingerprint of the train split, computed once per encoding and cleaning."""
+        path = self.fingerprint_file
+        kept = _read_json(path) if path is not None else None
+        if isinstance(kept, dict) and kept.get("pairs") == len(self.splits["train"]):
+            if isinstance(kept.get("sha256"), str) and len(kept["sha256"]) == 64:
+                return {"pairs": kept["pairs"], "sha256": kept["sha256"]}
+        fingerprint = train_fingerprint(self.splits["train"])
+        if path is not None:
+            temporary = path.with_name(f".{path.name}.{socket.gethostname()}-{os.getpid()}")
+            try:
+                temporary.write_text(json.dumps(fingerprint) + "\n")
+                os.replace(temporary, path)
+            except OSError:  # a read-only cache: computed again at the next launch
+                temporary.unlink(missing_ok=True)
+        return fingerprint
 
     def split_lengths(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         """(source, target) lengths of a split: the ones computed once, else read from Arrow."""
@@ -574,6 +593,14 @@ class PreparedData:
                 sequence_lengths(ds, "tgt_ids"),
             )
         return self.lengths[split]
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in path, or None where it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _as_config(data_cfg: Any) -> DictConfig:
@@ -844,6 +871,14 @@ def _read_encoded(final: Path) -> datasets.Dataset:
     return encoded
 
 
+def _encoded_dir(cache_dir: Path, identity: str, split: str, tokenizer: Tokenizer) -> Path:
+    """The cache folder of a split's encoding: keyed by the data, the split and the tokenizer."""
+    key = _sha256_json(
+        {"data": identity, "split": split, "tokenizer": tokenizer.sha256, "v": ENCODING_VERSION}
+    )
+    return cache_dir / "encoded" / f"{key}-{split}"
+
+
 def _encode_split(
     ds: datasets.Dataset,
     split: str,
@@ -854,10 +889,7 @@ def _encode_split(
     log: Callable,
 ) -> tuple[datasets.Dataset, PairStats]:
     """One split with its ids (encoded into, or mapped from, the cache) and its PairStats."""
-    key = _sha256_json(
-        {"data": identity, "split": split, "tokenizer": tokenizer.sha256, "v": ENCODING_VERSION}
-    )
-    final = cache_dir / "encoded" / f"{key}-{split}"
+    final = _encoded_dir(cache_dir, identity, split, tokenizer)
     final.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     what = "loaded from cache"
@@ -933,6 +965,8 @@ def prepare_data(
         stats["train"], cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words")
     )
     splits["train"] = select_rows(splits["train"], keep)
+    mask = hashlib.sha256(np.packbits(keep).tobytes()).hexdigest()[:32]
+    kept_at = _encoded_dir(cache_dir, identity, "train", tokenizer) / f"fingerprint-{mask}.json"
     lengths = {split: (s.src_len, s.tgt_len) for split, s in stats.items()}
     lengths["train"] = (stats["train"].src_len[keep], stats["train"].tgt_len[keep])
     if cfg.get("train_join_share") is not None:
@@ -945,8 +979,9 @@ def prepare_data(
             cfg.get("max_len"),
         )
         del lengths["train"]  # joined lines: PreparedData.split_lengths reads them
+        kept_at = None  # (joined lines: their fingerprint is computed each launch)
     log(f"data: train cleaning: {_counts_line(counts)}")
-    return PreparedData(tokenizer=tokenizer, splits=splits, counts=counts, lengths=lengths)
+    return PreparedData(tokenizer, splits, counts, lengths, fingerprint_file=kept_at)
 
 
 def absolute_local_paths(node: Any, base: str | Path) -> Any:

@@ -2,6 +2,7 @@
 that an interrupted encoding leaves clean, num_proc=auto, and one preparation for many ranks."""
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -148,6 +149,26 @@ def test_the_fingerprint_hashes_the_rows_trained_on_through_any_index_map():
                 "sha256": fingerprint_reference(ds.to_dict(), batch_size),
             }
     assert train_fingerprint(kept)["sha256"] != train_fingerprint(shuffled)["sha256"]
+
+
+def test_the_fingerprint_is_kept_beside_the_encoding_per_cleaning(data_cfg, tmp_path):
+    cache = tmp_path / "cache"
+    first = prepare_data(data_cfg, cache, log=lambda _: None)
+    computed = first.fingerprint()
+    assert computed == train_fingerprint(first.splits["train"])
+    kept = first.fingerprint_file
+    assert kept.parent.parent == cache / "encoded" and json.loads(kept.read_text()) == computed
+    kept.write_text(json.dumps({**computed, "sha256": "f" * 64}))
+    again = prepare_data(data_cfg, cache, log=lambda _: None)
+    assert again.fingerprint_file == kept and again.fingerprint()["sha256"] == "f" * 64  # read
+    kept.write_text("{not json")  # unreadable: computed again and kept again
+    assert again.fingerprint() == computed == json.loads(kept.read_text())
+    other = prepare_data({**data_cfg, "max_len": 20}, cache, log=lambda _: None)
+    assert other.fingerprint_file != kept  # another cleaning: other pairs, its own file
+    assert other.fingerprint() == train_fingerprint(other.splits["train"]) != computed
+    assert sorted(p.name for p in kept.parent.iterdir() if "fingerprint" in p.name) == sorted(
+        [kept.name, other.fingerprint_file.name]
+    )  # no temporary files left
 
 
 def test_the_encoded_cache_holds_ids_not_text(data_cfg, tmp_path):
