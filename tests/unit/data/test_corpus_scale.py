@@ -305,14 +305,16 @@ def reference_bounds(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> list[
     return bounds + [len(src)]
 
 
-@pytest.mark.parametrize("high", [40, 300])  # 300: over 65,536 (src, tgt) pairs, lexsort's path
-def test_sampler_order_and_batches_equal_lexsort_and_the_greedy_rule(high):
+# 300: over 65,536 (src, tgt) pairs, lexsort's path; 4 and 7: long runs of equal lengths,
+# batches that end inside them and at their ends; 39: one example a batch from length 20 on
+@pytest.mark.parametrize("high, max_tokens", [(40, 600), (300, 600), (4, 7), (40, 39)])
+def test_sampler_order_and_batches_equal_lexsort_and_the_greedy_rule(high, max_tokens):
     rng = np.random.default_rng(high)
     src, tgt = rng.integers(1, high, 200_000), rng.integers(1, high, 200_000)
-    sampler = TokenBatchSampler(src, tgt, 600, shuffle=False)
+    sampler = TokenBatchSampler(src, tgt, max_tokens, shuffle=False)
     order = np.lexsort((tgt, src, np.maximum(src, tgt)))
     assert np.array_equal(sampler._sorted, order)
-    assert sampler._bounds.tolist() == reference_bounds(src[order], tgt[order], 600)
+    assert sampler._bounds.tolist() == reference_bounds(src[order], tgt[order], max_tokens)
 
 
 def reference_reservoir(texts: list[str], size: int, seed: int) -> list[str]:
