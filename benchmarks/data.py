@@ -11,8 +11,9 @@ long tail.
 Each launch runs in its own process, as ``train.py`` would: imports, ``prepare_data`` (the same
 call train.py makes: corpus load, tokenizer, encoding, cleaning), then what train.py's
 ``build_state`` does with the data (lengths, ``plan_update``, ``TokenBatchSampler``, the length
-check); the phases are timed from prepare_data's log lines. Cold: empty caches (the Hugging Face
-parquet-to-Arrow conversion included); warm: the same command again. DDP: the warm launch under
+check) and the training pairs' fingerprint its checkpoints keep; the phases are timed from
+prepare_data's log lines. Cold: empty caches (the Hugging Face parquet-to-Arrow conversion
+included); warm: the same command again. DDP: the warm launch under
 ``torch.distributed.run --nproc_per_node=2`` on gloo, each rank's figures and private memory.
 """
 
@@ -41,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from common.configs import compose_config
+from common.errors import UserError
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
@@ -68,7 +70,7 @@ CHUNK = 250_000  # pairs generated and written at a time
 ZIPF_A, RARE_TYPES = 1.1, 5_000_000  # rare words: ~400k types in 4.5M lines, most seen once
 SYLLABLES = [c + v for c in "bdfgklmnprstvwz" for v in "aeiou"] + ["sch", "ck", "th", "ng"]
 PHASES = ("imports", "load corpus", "tokenizer", "encode train", "other splits", "cleaning")
-PHASES += ("lengths + batching", "data ready")
+PHASES += ("lengths + batching", "fingerprint", "data ready")
 
 
 def rare_word(rank: int) -> str:
@@ -150,6 +152,8 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
     plan = plan_update(src, tgt, 25_000, int(cfg.data.max_tokens), max(world, 1))
     TokenBatchSampler(src, tgt, plan.max_tokens, seed=1, num_replicas=world, rank=rank)
     longest = max(int(x.max()) for x in (*data.split_lengths("validation"), src, tgt))
+    batched = time.time()
+    fingerprint = data.fingerprint()  # train.py's, for its checkpoints (kept after the first)
     ready = time.time()
     if world > 1:
         dist.barrier()
@@ -177,7 +181,8 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
             "encode train": at["train"] - at["tokenizer"],
             "other splits": at["splits"] - at["train"],
             "cleaning": at["cleaning"] - at["splits"],
-            "lengths + batching": ready - at["cleaning"],
+            "lengths + batching": batched - at["cleaning"],
+            "fingerprint": ready - batched,
             "data ready": ready - start,
         },
         "peak_rss_gib": own,
@@ -185,6 +190,7 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
         "private_gib": psutil.Process().memory_full_info().uss / 2**30,
         "kept": data.counts["kept"],
         "longest": longest,
+        "fingerprint": fingerprint,
         "log": [m for _, m in events],
     }
 
@@ -226,28 +232,45 @@ def benchmark_data(
     keep: bool = False,
     corpus_dir: str | Path = MULTI30K,
     echo: Callable[[str], None] = print,
+    warm_only: bool = False,
 ) -> dict:
-    """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch."""
+    """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch.
+
+    warm_only: reuse the corpus and caches a `keep` run left in workdir (kept again): no
+    generation, no cold launch; the warm launches must find everything prepared.
+    """
     work = Path(workdir or tempfile.mkdtemp(prefix="bench-data-"))
     settings = {"num_proc": num_proc, "vocab_size": vocab_size}
     settings.update(tokenizer_sample=tokenizer_sample, max_tokens=max_tokens)
+    if warm_only:
+        check_kept_workdir(workdir)
     try:
-        echo(f"writing {pairs:,} pairs in the wmt/wmt14 layout to {work / 'corpus'}")
         start = time.perf_counter()
-        corpus = write_hub_corpus(work / "corpus", pairs, corpus_dir)
-        written = time.perf_counter() - start
+        if warm_only:
+            corpus, written = work / "corpus", None
+            pairs = sum(pq.ParquetFile(f).metadata.num_rows for f in corpus.glob("*/train-*"))
+        else:
+            echo(f"writing {pairs:,} pairs in the wmt/wmt14 layout to {work / 'corpus'}")
+            corpus = write_hub_corpus(work / "corpus", pairs, corpus_dir)
+            written = time.perf_counter() - start
         size = sum(p.stat().st_size for p in corpus.rglob("*.parquet"))
+        launches = (("cold", 1), ("warm", 1), ("ddp", 2))[int(warm_only) : 3 if ddp else 2]
         runs = {}
-        for name, ranks in (("cold", 1), ("warm", 1), ("ddp", 2))[: 3 if ddp else 2]:
+        for name, ranks in launches:
             echo(f"{name} launch ({ranks} process{'es' if ranks > 1 else ''})")
             runs[name] = run_launch(corpus, work / "cache", settings, work / name, ranks)
+            if warm_only and any(prepared(run) for run in runs[name]):
+                raise UserError(
+                    f"--warm-only: the cache in {work / 'cache'} lacked this corpus's tokenizer "
+                    f"or encoding for these settings (the {name} launch made them); rerun it"
+                )
         cache_gib = {
             part: sum(p.stat().st_size for p in (work / "cache" / part).rglob("*") if p.is_file())
             / 2**30
             for part in ("hf", "encoded", "tokenizers")
         }
     finally:
-        if not keep:
+        if not keep and not warm_only:
             shutil.rmtree(work, ignore_errors=True)
     return {
         "pairs": pairs,
@@ -263,9 +286,26 @@ def benchmark_data(
     }
 
 
+def check_kept_workdir(workdir: Path | None) -> None:
+    """Refuse --warm-only unless workdir holds the corpus and cache of an earlier --keep run."""
+    if workdir is None:
+        raise UserError("--warm-only reuses a kept run's folder: pass --workdir DIR")
+    for part in ("corpus/README.md", "cache/encoded"):
+        if not (Path(workdir) / part).exists():
+            raise UserError(
+                f"--warm-only: {Path(workdir) / part} not found; prepare the folder first with "
+                f"`scripts/benchmark.py data --workdir {workdir} --keep`"
+            )
+
+
+def prepared(run: dict) -> bool:
+    """Whether a launch trained a tokenizer or encoded a split (so it was not warm)."""
+    return any("training tokenizer" in m or " encoded (" in m for m in run["log"])
+
+
 def data_rows(fig: dict) -> list[tuple[str, ...]]:
     """Table rows: each phase and the memory, per launch (cold, warm, DDP rank 0, rank 1)."""
-    launches = [("cold", fig["runs"]["cold"][0]), ("warm", fig["runs"]["warm"][0])]
+    launches = [(name, fig["runs"][name][0]) for name in ("cold", "warm") if name in fig["runs"]]
     launches += [(f"DDP rank {r['rank']}", r) for r in fig["runs"].get("ddp", [])]
     rows = [("phase", *(name for name, _ in launches))]
     for phase in PHASES:

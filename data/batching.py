@@ -89,19 +89,26 @@ def _greedy_batch_bounds(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> n
     In this order max(src, tgt) never decreases, so both maxima over a prefix are at most its
     last example's max(src, tgt), one of them equal to it: the prefix fits when count times that
     last value does, and that product grows with the count (the fitting prefix is contiguous).
+    Inside a run of equal max(src, tgt) = L, batches hold max_tokens // L examples each; only
+    a batch that reaches past its run is cut by the rule above (a step per run, not per batch).
     """
     n = len(src)
     longest = np.maximum(src, tgt).astype(np.int64)
     counts = np.arange(1, min(max_tokens, n) + 1, dtype=np.int64)
-    bounds = [0]
+    bounds = [np.zeros(1, dtype=np.int64)]
     start = 0
     while start < n:
-        # No batch starting here can hold more than max_tokens // longest[start] examples.
-        window = min(max_tokens // int(longest[start]), n - start)
-        fits = counts[:window] * longest[start : start + window] <= max_tokens
-        start += int(np.count_nonzero(fits))
-        bounds.append(start)
-    return np.asarray(bounds, dtype=np.int64)
+        per = max_tokens // int(longest[start])  # examples a batch of this run holds
+        run_end = int(np.searchsorted(longest, longest[start], side="right"))
+        full = (run_end - start) // per  # batches that end inside the run
+        bounds.append(start + per * np.arange(1, full + 1, dtype=np.int64))
+        start += per * full
+        if start < n:  # the next batch reaches past the run: the greedy rule cuts it
+            window = min(per, n - start)
+            fits = counts[:window] * longest[start : start + window] <= max_tokens
+            start += int(np.count_nonzero(fits))
+            bounds.append(np.array([start], dtype=np.int64))
+    return np.concatenate(bounds)
 
 
 class TokenBatchSampler(Sampler[list[int]]):

@@ -1,6 +1,7 @@
 """Speed benchmarks that print medians, ratios and projections as a compact table.
 
     python scripts/benchmark.py data   [--pairs 4508785] [--workdir DIR] [--no-ddp] [--keep]
+    python scripts/benchmark.py data --workdir DIR --warm-only [--no-ddp]
     python scripts/benchmark.py decode [--sentences 256] [--beam 4] [--vs hf] [--repeats 5]
     python scripts/benchmark.py decode --run-dir RUN [--split test] [--sentences 256] [--beam 4]
     python scripts/benchmark.py train  [--model base small] [--vs hf] [--profile] [--device cuda]
@@ -12,6 +13,8 @@ of rare words) under ``--workdir`` (a temporary folder by default; deleted at th
 ``--keep``), then times launches of the real data path, each in its own process as train.py
 runs it (``prepare_data``, lengths, ``plan_update``, ``TokenBatchSampler``): cold, warm, and
 warm on two gloo DDP ranks, phase by phase, with peak RSS and each rank's private memory.
+``--warm-only`` reuses the corpus and caches a ``--keep`` run left in ``--workdir``: the warm
+launches again, without generating or preparing anything.
 
 ``decode`` (benchmarks/decode.py) times ``model.search.beam_search`` on a randomly
 initialised model of the dims of ``configs/model/<--model>.yaml``; ``--vs hf`` times Hugging Face
@@ -84,6 +87,7 @@ def run_data(args: argparse.Namespace) -> dict:
         ddp=not args.no_ddp,
         keep=args.keep,
         corpus_dir=args.corpus_dir,
+        warm_only=args.warm_only,
     )
     print(
         f"\ndata benchmark, {fig['date']}, {fig['cpu']}, {fig['cpus']} CPUs, "
@@ -303,6 +307,11 @@ def add_data_command(commands) -> None:
     data.add_argument("--pairs", type=int, default=WMT14_TRAIN_PAIRS, help="training pairs")
     data.add_argument("--workdir", type=Path, default=None, help="corpus and caches (temporary)")
     data.add_argument("--keep", action="store_true", help="keep --workdir at the end")
+    data.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="time warm launches on the corpus and caches a --keep run left in --workdir",
+    )
     data.add_argument("--num-proc", default="auto", help="data.num_proc: a number or auto")
     data.add_argument("--no-ddp", action="store_true", help="skip the two-rank launch")
     data.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch and side")

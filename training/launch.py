@@ -33,7 +33,7 @@ from tqdm import tqdm
 from common.errors import UserError
 from common.files import write_json
 from data.batching import TokenBatchSampler, UpdatePlan, collate, plan_update
-from data.corpus import PreparedData, absolute_local_paths, prepare_data, train_fingerprint
+from data.corpus import PreparedData, absolute_local_paths, prepare_data
 from data.tokenizer import BOS_ID, PAD_ID
 from evaluation.bleu import sacrebleu_score
 from evaluation.evaluate import evaluate
@@ -579,7 +579,7 @@ def prepare(
     own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
     data = load_data(cfg, rank, own)
     state, plan = build_state(cfg, data, device, rank, world)
-    corpus = train_fingerprint(data.splits["train"])
+    corpus = data.fingerprint()  # kept beside the encoded train split after the first launch
     check_data(resumed, data, corpus)
     if rank == 0:  # a full disk is refused now, not at the first save (maybe the last step)
         check_space(run_dir, checkpoint_bytes(state.model), shutil.disk_usage(run_dir).free)

@@ -3,6 +3,7 @@ setting, the FLOP formula against torch's counter, and the table printer."""
 
 import os
 import random
+import shutil
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -33,6 +34,7 @@ from benchmarks.train import (
     profile_group,
     profile_step,
 )
+from common.errors import UserError
 from data.corpus import load_hub
 from evaluation.tables import format_table
 from tests.conftest import script_main, shared_data
@@ -71,12 +73,38 @@ def test_data_benchmark_times_cold_warm_and_two_ranks(tmp_path):
         assert sum("pairs loaded from cache" in line for line in run["log"]) == 3
     for run in (cold, warm, *ddp):
         assert run["kept"] == cold["kept"] and 0 < run["kept"] <= 3000
+        assert run["fingerprint"] == cold["fingerprint"]  # the same pairs, in the same order
         assert all(seconds >= 0 for seconds in run["phases"].values())
         assert run["phases"]["data ready"] >= run["phases"]["imports"] > 0
         assert run["peak_rss_gib"] >= run["private_gib"] > 0
     rows = data_rows(fig)
     assert rows[0] == ("phase", "cold", "warm", "DDP rank 0", "DDP rank 1")
     assert [row[0] for row in rows[1 : 1 + len(PHASES)]] == list(PHASES)
+
+
+def test_warm_only_reuses_a_kept_workdir_and_refuses_what_is_not_one(tmp_path, capsys):
+    work = tmp_path / "bench"
+    settings = dict(vocab_size=500, tokenizer_sample=4000, ddp=False, echo=lambda m: None)
+    with pytest.raises(SystemExit):  # nothing kept there yet: one line, nothing written
+        main(["data", "--workdir", str(work), "--warm-only", "--no-ddp"])
+    assert "error: --warm-only: " in capsys.readouterr().err and not work.exists()
+    kept = benchmark_data(
+        pairs=2000, workdir=work, keep=True, corpus_dir=shared_data("multi30k"), **settings
+    )
+    corpus = sorted(p.stat().st_mtime_ns for p in (work / "corpus").rglob("*"))
+    fig = benchmark_data(workdir=work, warm_only=True, **settings)
+    assert set(fig["runs"]) == {"warm"} and fig["pairs"] == 2000 and fig["generate_s"] is None
+    warm = fig["runs"]["warm"][0]
+    assert sum("pairs loaded from cache" in line for line in warm["log"]) == 3
+    assert warm["kept"] == kept["runs"]["cold"][0]["kept"]
+    assert warm["fingerprint"] == kept["runs"]["cold"][0]["fingerprint"]
+    assert sorted(p.stat().st_mtime_ns for p in (work / "corpus").rglob("*")) == corpus
+    assert data_rows(fig)[0] == ("phase", "warm")
+    for folder in (work / "cache" / "encoded").iterdir():  # a cache that is not complete
+        shutil.rmtree(folder)
+    with pytest.raises(UserError, match="the warm launch made them"):
+        benchmark_data(workdir=work, warm_only=True, **settings)
+    assert (work / "corpus").is_dir()  # a reused folder is kept
 
 
 def test_generated_corpus_has_the_hub_layout_and_a_long_tail(tmp_path):

@@ -1,6 +1,8 @@
 """Preparation at scale: lengths and cleaning from the cached Arrow columns, an ids-only cache
 that an interrupted encoding leaves clean, num_proc=auto, and one preparation for many ranks."""
 
+import hashlib
+import json
 import os
 import random
 import signal
@@ -24,7 +26,9 @@ from data.corpus import (
     load_split,
     prepare_data,
     resolve_num_proc,
+    select_rows,
     sequence_lengths,
+    train_fingerprint,
 )
 from data.tokenizer import EOS_ID, default_num_threads, train_tokenizer
 from tests.conftest import ROOT, default_sigint, tiny_run_overrides
@@ -107,6 +111,64 @@ def test_cleaning_and_lengths_equal_the_slow_reference(data_cfg, tmp_path):
         assert src.tolist() == [len(ids) for ids in rows["src_ids"]]  # row by row, in Python
         assert tgt.tolist() == [len(ids) for ids in rows["tgt_ids"]]
         assert np.array_equal(sequence_lengths(rows, "tgt_ids"), tgt)  # through the index map
+
+
+def fingerprint_reference(rows: dict[str, list], batch_size: int) -> str:
+    """The fingerprint from Python lists: per batch and side, int32 lengths then int32 ids."""
+    digest = hashlib.sha256()
+    for start in range(0, len(rows["src_ids"]), batch_size):
+        for column in ("src_ids", "tgt_ids"):
+            batch = rows[column][start : start + batch_size]
+            digest.update(np.array([len(ids) for ids in batch], np.int32).tobytes())
+            digest.update(np.array([i for ids in batch for i in ids], np.int32).tobytes())
+    return digest.hexdigest()
+
+
+def test_the_fingerprint_hashes_the_rows_trained_on_through_any_index_map():
+    rng = np.random.default_rng(0)
+    parts = [
+        datasets.Dataset.from_dict(
+            {
+                side: [rng.integers(4, 900, rng.integers(1, 9)).tolist() for _ in range(n)]
+                for side in ("src_ids", "tgt_ids")
+            },
+            features=datasets.Features(
+                {c: datasets.Sequence(datasets.Value("int32")) for c in ("src_ids", "tgt_ids")}
+            ),
+        )
+        for n in (23, 31)
+    ]
+    whole = datasets.concatenate_datasets(parts)  # two Arrow chunks
+    kept = select_rows(whole, rng.random(len(whole)) < 0.7)
+    shuffled = kept.select(rng.permutation(len(kept)))
+    for ds in (whole, kept, shuffled):
+        for batch_size in (7, 100):
+            fingerprint = train_fingerprint(ds, batch_size)
+            assert fingerprint == {
+                "pairs": len(ds),
+                "sha256": fingerprint_reference(ds.to_dict(), batch_size),
+            }
+    assert train_fingerprint(kept)["sha256"] != train_fingerprint(shuffled)["sha256"]
+
+
+def test_the_fingerprint_is_kept_beside_the_encoding_per_cleaning(data_cfg, tmp_path):
+    cache = tmp_path / "cache"
+    first = prepare_data(data_cfg, cache, log=lambda _: None)
+    computed = first.fingerprint()
+    assert computed == train_fingerprint(first.splits["train"])
+    kept = first.fingerprint_file
+    assert kept.parent.parent == cache / "encoded" and json.loads(kept.read_text()) == computed
+    kept.write_text(json.dumps({**computed, "sha256": "f" * 64}))
+    again = prepare_data(data_cfg, cache, log=lambda _: None)
+    assert again.fingerprint_file == kept and again.fingerprint()["sha256"] == "f" * 64  # read
+    kept.write_text("{not json")  # unreadable: computed again and kept again
+    assert again.fingerprint() == computed == json.loads(kept.read_text())
+    other = prepare_data({**data_cfg, "max_len": 20}, cache, log=lambda _: None)
+    assert other.fingerprint_file != kept  # another cleaning: other pairs, its own file
+    assert other.fingerprint() == train_fingerprint(other.splits["train"]) != computed
+    assert sorted(p.name for p in kept.parent.iterdir() if "fingerprint" in p.name) == sorted(
+        [kept.name, other.fingerprint_file.name]
+    )  # no temporary files left
 
 
 def test_the_encoded_cache_holds_ids_not_text(data_cfg, tmp_path):
@@ -243,14 +305,16 @@ def reference_bounds(src: np.ndarray, tgt: np.ndarray, max_tokens: int) -> list[
     return bounds + [len(src)]
 
 
-@pytest.mark.parametrize("high", [40, 300])  # 300: over 65,536 (src, tgt) pairs, lexsort's path
-def test_sampler_order_and_batches_equal_lexsort_and_the_greedy_rule(high):
+# 300: over 65,536 (src, tgt) pairs, lexsort's path; 4 and 7: long runs of equal lengths,
+# batches that end inside them and at their ends; 39: one example a batch from length 20 on
+@pytest.mark.parametrize("high, max_tokens", [(40, 600), (300, 600), (4, 7), (40, 39)])
+def test_sampler_order_and_batches_equal_lexsort_and_the_greedy_rule(high, max_tokens):
     rng = np.random.default_rng(high)
     src, tgt = rng.integers(1, high, 200_000), rng.integers(1, high, 200_000)
-    sampler = TokenBatchSampler(src, tgt, 600, shuffle=False)
+    sampler = TokenBatchSampler(src, tgt, max_tokens, shuffle=False)
     order = np.lexsort((tgt, src, np.maximum(src, tgt)))
     assert np.array_equal(sampler._sorted, order)
-    assert sampler._bounds.tolist() == reference_bounds(src[order], tgt[order], 600)
+    assert sampler._bounds.tolist() == reference_bounds(src[order], tgt[order], max_tokens)
 
 
 def reference_reservoir(texts: list[str], size: int, seed: int) -> list[str]:
