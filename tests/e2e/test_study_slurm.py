@@ -3,9 +3,9 @@
 import subprocess
 
 import pytest
-from tests.e2e.test_slurm import ONE_CPU_JOB, slurm  # noqa: F401  (the cluster fixture)
 
 from studies.runner import run_study
+from tests.e2e.test_slurm import ONE_CPU_JOB, slurm  # noqa: F401  (the cluster fixture)
 from tests.e2e.test_study import VARIANTS, tiny_overrides
 
 
