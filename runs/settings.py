@@ -51,7 +51,7 @@ RANGES = {
     "optim.eps": (0, False, False, "the paper: 1e-9"),
     "data.max_tokens": (1, False, True, "tokens per batch and side"),
     "data.vocab_size": (5, False, True, "subwords, the 4 special ids included"),
-    "data.max_len": (1, False, True, "subwords a training side may hold"),
+    "data.max_len": (2, False, True, "subwords + EOS a training side may hold"),
     "data.tokenizer_sample": (1, False, True, "sentences the tokenizer learns from"),
     "model.d_model": (1, False, True, "the paper: 512"),
     "model.n_heads": (1, False, True, "the paper: 8"),
