@@ -61,6 +61,8 @@ RANGES = {
     "model.max_positions": (1, False, True, "rows of a position table"),
     "model.layer_norm_eps": (1e-30, False, False, "the paper's code: 1e-6"),
 }
+# switches: true or false (a string such as `maybe` would count as true)
+BOOLEANS = ("trainer.compile", "trainer.start_over", "trainer.evaluate_at_end")
 # key: what it means; a probability from 0 to below 1
 PROBABILITIES = {
     "optim.label_smoothing": "the paper: 0.1",
@@ -105,5 +107,10 @@ def check_training_settings(cfg: DictConfig) -> None:
         if name in cfg[section]:
             _check_probability(key, cfg[section][name], hint)
     _check_betas(cfg.optim.get("betas", [0.9, 0.98]))
+    for key in BOOLEANS:
+        section, name = key.split(".")
+        value = cfg[section].get(name, False)
+        if not isinstance(value, bool):
+            raise SettingError(f"{key}={value}: pass true or false")
     if cfg.optim.clip_norm is not None:
         _check("optim.clip_norm", cfg.optim.clip_norm, 1e-12, True, False, "null: no clipping")
