@@ -175,6 +175,7 @@ def load_multi30k(
     if layout == "text":
         return load_text_pairs(multi30k_text_files(local))
     what = "is not a Multi30k folder" if local.is_dir() else "not found"
+    what = "is a file, not a folder" if local.is_file() else what
     where = "" if str(local.resolve()) == path else f" ({local.resolve()})"
     raise DataError(
         f"{setting}={path}{where} {what}: expected {MULTI30K_EXPECTED}; "
