@@ -8,11 +8,15 @@ fixed by the replay (a 0-layer decoder trained, `trainer.compile=maybe` compiled
 `optim.label_smoothing=abc` and `data.max_ratio=abc` were tracebacks) fail on the code before it.
 """
 
+import io
+import sys
+
 import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from common.errors import UserError
+from evaluation.evaluate import evaluate, translate_stdin
 from tests.conftest import compose_config
 from tests.e2e import test_reliability as reliability
 from tests.e2e.test_reliability import text_overrides
@@ -146,3 +150,106 @@ def test_a_typo_on_the_command_line_names_what_was_not_found(override, bad):
     with pytest.raises((HydraException, OmegaConfBaseException)) as raised:
         compose_config([*text_overrides(bad), override])
     assert TYPOS[override] in str(raised.value), str(raised.value)
+
+
+# --- evaluate.py on bad's 2-step run ------------------------------------------------------------
+
+# overrides given bad's folder -> texts the one line must contain
+EVALUATE = {
+    "run_dir that does not exist": (
+        lambda b: [f"run_dir={b / 'nope'}"],
+        ["nope", "does not exist"],
+    ),
+    "run_dir that is a file": (
+        lambda b: [f"run_dir={b / 'three.en'}"],
+        ["three.en", "is a file, not a folder"],
+    ),
+    "checkpoint=step_999.pt": (lambda b: ["checkpoint=step_999.pt"], ["step_999.pt", "not exist"]),
+    "checkpoint=lats": (lambda b: ["checkpoint=lats"], ["checkpoint lats", "does not exist"]),
+    "checkpoint=avg:99": (lambda b: ["checkpoint=avg:99"], ["avg:99", "pass a smaller N"]),
+    "checkpoint=avg:0": (lambda b: ["checkpoint=avg:0"], ["avg:0", "positive integer"]),
+    "checkpoint=avg:abc": (lambda b: ["checkpoint=avg:abc"], ["avg:abc", "positive integer"]),
+    "checkpoint=avg:-2": (lambda b: ["checkpoint=avg:-2"], ["avg:-2", "positive integer"]),
+    "checkpoint a text file": (
+        lambda b: [f"checkpoint={b / 'three.en'}"],
+        ["three.en", "unreadable or unsafe"],
+    ),
+    "checkpoint a folder": (
+        lambda b: [f"checkpoint={b / 'run' / 'checkpoints'}"],
+        ["checkpoints", "is a folder, not a file"],
+    ),
+    "split=tset": (lambda b: ["split=tset"], ["'tset'", "available splits are"]),
+    "src_file missing": (lambda b: [f"src_file={b / 'nope.en'}"], ["src_file=", "not found"]),
+    "src_file a folder": (lambda b: [f"src_file={b}"], ["src_file=", "is not a file"]),
+    "ref_file missing": (
+        lambda b: [f"src_file={b / 'three.en'}", f"ref_file={b / 'nope.de'}"],
+        ["ref_file=", "nope.de", "not found"],
+    ),
+    "ref_file shorter than src_file": (
+        lambda b: [f"src_file={b / 'three.en'}", f"ref_file={b / 'one.de'}"],
+        ["has 3 lines", "has 1", "line-aligned"],
+    ),
+    "ref_file without src_file": (
+        lambda b: [f"ref_file={b / 'one.de'}"],
+        ["ref_file is set without src_file"],
+    ),
+    "beam=0": (lambda b: ["beam=0"], ["beam=0", "from 1 (greedy)"]),
+    "beam=-1": (lambda b: ["beam=-1"], ["beam=-1", "from 1 (greedy)"]),
+    "max_len_b=-1": (lambda b: ["max_len_b=-1"], ["max_len_b=-1", "whole number"]),
+    "min_len=-1": (lambda b: ["min_len=-1"], ["min_len=-1", "from 0"]),
+    "max_input_len=0": (lambda b: ["max_input_len=0"], ["max_input_len=0"]),
+    "max_tokens=0": (lambda b: ["max_tokens=0"], ["max_tokens=0"]),
+    "max_tokens=abc": (lambda b: ["max_tokens=abc"], ["max_tokens=abc"]),
+    "long_inputs=drop": (lambda b: ["long_inputs=drop"], ["long_inputs=drop", "error or skip"]),
+    "device=gpu": (lambda b: ["device=gpu"], ["device=gpu", "cuda:N"]),
+    "precision=fp16": (lambda b: ["precision=fp16"], ["precision=fp16", "auto, bf16 or fp32"]),
+    "engine=onnx": (lambda b: ["engine=onnx"], ["engine=onnx", "ctranslate2"]),
+    "name=a/b": (lambda b: ["name=a/b"], ["name=a/b", "plain file name"]),
+    "translate=maybe": (lambda b: ["translate=maybe"], ["translate=maybe", "true"]),
+    "translate=true with ref_file": (
+        lambda b: ["translate=true", f"ref_file={b / 'one.de'}"],
+        ["ref_file"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EVALUATE)
+def test_an_evaluation_mistake_is_one_line_and_writes_nothing(case, bad, monkeypatch):
+    make, expected = EVALUATE[case]
+    (bad / "one.de").write_text("der Hund\n", encoding="utf-8")
+    run = bad / "run"
+    before = sorted((run / "eval").glob("*")) if (run / "eval").is_dir() else []
+    overrides = make(bad)
+    if not any(o.startswith("run_dir=") for o in overrides):
+        overrides.append(f"run_dir={run}")
+    cfg = compose_config(overrides, "evaluate")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"the dog\n")))
+    with pytest.raises(UserError) as raised:
+        translate_stdin(cfg) if cfg.translate is True else evaluate(cfg)
+    message = str(raised.value)
+    assert "\n" not in message, message
+    for text in expected:
+        assert text in message, message
+    assert (sorted((run / "eval").glob("*")) if (run / "eval").is_dir() else []) == before
+
+
+# stdin -> the number of output lines: one for each input line, empty for a blank one
+STDIN = {
+    "empty stdin": (b"", 0),
+    "blank lines": (b"\n\n", 2),
+    "CRLF line ends": (b"the dog\r\nthe cat\r\n", 2),
+    "a NUL byte in a line": (b"the\x00dog\n", 1),
+    "no final newline": (b"the dog\nthe cat", 2),
+}
+
+
+@pytest.mark.parametrize("case", STDIN)
+def test_stdin_translation_gives_one_line_for_each_line(case, bad, monkeypatch, capsys):
+    data, lines = STDIN[case]
+    cfg = compose_config([f"run_dir={bad / 'run'}", "translate=true", "beam=1"], "evaluate")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    translate_stdin(cfg)
+    out = capsys.readouterr().out
+    assert out.count("\n") == lines, repr(out)
+    if case == "blank lines":
+        assert out == "\n\n"
