@@ -9,6 +9,7 @@ fixed by the replay (a 0-layer decoder trained, `trainer.compile=maybe` compiled
 """
 
 import io
+import shutil
 import sys
 
 import pytest
@@ -17,12 +18,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from common.errors import UserError
 from evaluation.evaluate import evaluate, translate_stdin
-from tests.conftest import compose_config
+from tests.conftest import compose_config, script_main
 from tests.e2e import test_reliability as reliability
 from tests.e2e.test_reliability import text_overrides
 from training.launch import train
 
 bad = reliability.bad  # the fixture: corpora (good and broken) and a 2-step run, one folder
+compare_main = script_main("compare")
 
 # override(s) -> texts the one line must contain; refused before any data is read
 SETTINGS = {
@@ -253,3 +255,158 @@ def test_stdin_translation_gives_one_line_for_each_line(case, bad, monkeypatch, 
     assert out.count("\n") == lines, repr(out)
     if case == "blank lines":
         assert out == "\n\n"
+
+
+# --- the scripts: compare.py, average_checkpoints.py, export_hf.py, benchmark.py, study.py -------
+
+
+def script_refuses(main, args: list[str], capsys) -> str:
+    """A script's one `error:` line for args: exit status 1, no traceback."""
+    with pytest.raises(SystemExit) as raised:
+        main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert raised.value.code == 1 and err, err
+    assert err[-1].startswith("error: ") and "Traceback" not in "\n".join(err), err
+    return err[-1]
+
+
+@pytest.fixture(scope="module")
+def learned_replay(bad):
+    """A 1-step run like bad's with a learned position table (averaging and export refuse it)."""
+    run_dir = bad / "learned_replay"
+    if not (run_dir / "metrics.json").is_file():
+        overrides = [*text_overrides(bad), f"run_dir={run_dir}", "position=learned"]
+        train(compose_config([*overrides, "trainer.max_steps=1"]))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def scored(bad, learned_replay):
+    """A copy of bad's run and the learned run, each evaluated (validation-last-beam1)."""
+    run = bad / "scored_run"
+    if not run.exists():
+        shutil.copytree(bad / "run", run)
+        for path in (run, learned_replay):
+            evaluate(compose_config([f"run_dir={path}", "beam=1"], "evaluate"))
+    return run
+
+
+# args given (bad's folder, the scored run) -> texts of the one line
+COMPARE = {
+    "a folder without runs": (lambda b, r: [str(b / "cache")], ["no run directories"]),
+    "a folder that does not exist": (lambda b, r: [str(b / "nope")], ["nope", "not a directory"]),
+    "a file": (lambda b, r: [str(b / "three.en")], ["three.en", "not a directory"]),
+    "an unevaluated run": (lambda b, r: [str(b / "run")], ["eval/validation", "--score"]),
+    "--eval of a name never made": (
+        lambda b, r: [str(r), "--eval", "nosuch"],
+        ["nosuch.json is missing", "name=nosuch"],
+    ),
+    "--resamples -1": (lambda b, r: [str(r), "--resamples", "-1"], ["--resamples -1"]),
+    "--refs that does not exist": (
+        lambda b, r: [str(r), str(b / "learned_replay"), "--refs", str(b / "nope.de")],
+        ["--refs", "nope.de", "not a file"],
+    ),
+    "--refs of another length": (
+        lambda b, r: [str(r), str(b / "learned_replay"), "--refs", str(b / "three.en")],
+        ["--refs", "has 3 lines", "hypotheses"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", COMPARE)
+def test_a_compare_mistake_is_one_line_and_writes_nothing(case, bad, scored, tmp_path, capsys):
+    make, expected = COMPARE[case]
+    args = [*make(bad, scored), "--out", str(tmp_path / "compare")]
+    if "--resamples" not in args:
+        args += ["--resamples", "10"]
+    line = script_refuses(compare_main, args, capsys)
+    for text in expected:
+        assert text in line, line
+    assert not (tmp_path / "compare").exists()
+
+
+# args given bad's folder and tmp_path -> texts of the one line
+SCRIPTS = {
+    "average: --last 99": (
+        "average_checkpoints",
+        lambda b, t: ["--run-dir", str(b / "run"), "--last", "99", "--out", str(t / "a.pt")],
+        ["--last 99", "smaller N"],
+    ),
+    "average: --last 0": (
+        "average_checkpoints",
+        lambda b, t: ["--run-dir", str(b / "run"), "--last", "0", "--out", str(t / "a.pt")],
+        ["--last 0", "positive"],
+    ),
+    "average: no inputs": (
+        "average_checkpoints",
+        lambda b, t: ["--out", str(t / "a.pt")],
+        ["--run-dir"],
+    ),
+    "average: a file that does not exist": (
+        "average_checkpoints",
+        lambda b, t: ["--out", str(t / "a.pt"), str(b / "nope.pt"), str(b / "nope2.pt")],
+        ["nope.pt", "does not exist"],
+    ),
+    "average: --out over a training name": (
+        "average_checkpoints",
+        lambda b, t: [
+            "--out",
+            str(t / "last.pt"),
+            *[str(b / "run" / "checkpoints" / "last.pt")] * 1,
+        ],
+        ["last.pt", "training's own names"],
+    ),
+    "average: runs of two position encodings": (
+        "average_checkpoints",
+        lambda b, t: [
+            "--out",
+            str(t / "a.pt"),
+            str(b / "run" / "checkpoints" / "last.pt"),
+            str(b / "learned_replay" / "checkpoints" / "last.pt"),
+        ],
+        ["different settings", "position._target_"],
+    ),
+    "export: a run that does not exist": (
+        "export_hf",
+        lambda b, t: ["--run-dir", str(b / "nope"), "--out", str(t / "hf")],
+        ["nope", "does not exist"],
+    ),
+    "export: --out not empty": (
+        "export_hf",
+        lambda b, t: ["--run-dir", str(b / "run"), "--out", str(b / "run")],
+        ["--out", "not empty"],
+    ),
+    "export: a learned table": (
+        "export_hf",
+        lambda b, t: ["--run-dir", str(b / "learned_replay"), "--out", str(t / "hf")],
+        ["no Hugging Face Marian equivalent", "position=sinusoidal"],
+    ),
+    "export: --max-positions 0": (
+        "export_hf",
+        lambda b, t: ["--run-dir", str(b / "run"), "--out", str(t / "hf"), "--max-positions", "0"],
+        ["--max-positions 0", "at least 2"],
+    ),
+    "export: --checkpoint avg:99": (
+        "export_hf",
+        lambda b, t: [
+            "--run-dir",
+            str(b / "run"),
+            "--out",
+            str(t / "hf"),
+            "--checkpoint",
+            "avg:99",
+        ],
+        ["avg:99", "smaller N"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SCRIPTS)
+def test_a_script_mistake_is_one_line_and_writes_nothing(
+    case, bad, learned_replay, tmp_path, capsys
+):
+    script, make, expected = SCRIPTS[case]
+    line = script_refuses(script_main(script), make(bad, tmp_path), capsys)
+    for text in expected:
+        assert text in line, line
+    assert sorted(tmp_path.iterdir()) == []
