@@ -310,7 +310,8 @@ def check_arguments(
         max_words = compose_config([f"experiment={experiment}"]).data.train_max_src_words
     if int(max_words) < 1:
         raise StudyError(f"--max-words {max_words}: pass a positive number of words")
-    width = int(bucket_width or math.ceil(int(max_words) / 2))
+    # 0 is refused below, not taken for "the default"
+    width = int(math.ceil(int(max_words) / 2) if bucket_width is None else bucket_width)
     if width < 1:
         raise StudyError(f"--bucket-width {bucket_width}: pass a positive number of words")
     if beam < 1:
@@ -400,6 +401,10 @@ def study(
     Progress (one line per run and per evaluated split) goes to echo.
     """
     variants, max_words, width = check_arguments(corpus, max_words, bucket_width, beam, variants)
+    if minutes is not None and not minutes > 0:
+        raise StudyError(f"--minutes {minutes}: pass a positive number of minutes")
+    if any(seed < 0 for seed in seeds):
+        raise StudyError(f"--seeds {' '.join(map(str, seeds))}: pass seeds >= 0")
     settings = Settings(corpus, max_words, width, beam, minutes, tuple(overrides))
     out.mkdir(parents=True, exist_ok=True)
     splits, runs = SplitCache(), []

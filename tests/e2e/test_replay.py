@@ -68,7 +68,6 @@ SETTINGS = {
     "trainer.eval_bleu_sentences=-1": ["trainer.eval_bleu_sentences=-1"],
     "trainer.dist_timeout_minutes=0": ["trainer.dist_timeout_minutes=0"],
     "trainer.precision=fp8": ["trainer.precision=fp8", "auto, bf16 or fp32"],
-    "seed=abc": ["seed=abc"],
 }
 # override(s) -> texts of the one line; refused once the corpus or the model is built
 LATER = {
@@ -203,7 +202,6 @@ EVALUATE = {
     "max_tokens=0": (lambda b: ["max_tokens=0"], ["max_tokens=0"]),
     "max_tokens=abc": (lambda b: ["max_tokens=abc"], ["max_tokens=abc"]),
     "long_inputs=drop": (lambda b: ["long_inputs=drop"], ["long_inputs=drop", "error or skip"]),
-    "device=gpu": (lambda b: ["device=gpu"], ["device=gpu", "cuda:N"]),
     "precision=fp16": (lambda b: ["precision=fp16"], ["precision=fp16", "auto, bf16 or fp32"]),
     "engine=onnx": (lambda b: ["engine=onnx"], ["engine=onnx", "ctranslate2"]),
     "name=a/b": (lambda b: ["name=a/b"], ["name=a/b", "plain file name"]),
