@@ -408,3 +408,87 @@ def test_a_script_mistake_is_one_line_and_writes_nothing(
     for text in expected:
         assert text in line, line
     assert sorted(tmp_path.iterdir()) == []
+
+
+# args given tmp_path -> texts of the one line; refused before any run trains
+EXTRAPOLATION_AND_BENCHMARK = {
+    "extrapolation: --variants fourier": (
+        "extrapolation",
+        lambda t: ["--variants", "fourier", "--out", str(t / "x")],
+        ["fourier", "sinusoidal"],
+    ),
+    "extrapolation: --max-words 0": (
+        "extrapolation",
+        lambda t: ["--max-words", "0", "--out", str(t / "x")],
+        ["--max-words 0"],
+    ),
+    "extrapolation: --bucket-width 0": (
+        "extrapolation",
+        lambda t: ["--bucket-width", "0", "--out", str(t / "x")],
+        ["--bucket-width 0"],
+    ),
+    "extrapolation: --beam 0": (
+        "extrapolation",
+        lambda t: ["--beam", "0", "--out", str(t / "x")],
+        ["--beam 0"],
+    ),
+    "extrapolation: --minutes -1": (
+        "extrapolation",
+        lambda t: ["--minutes", "-1", "--out", str(t / "x")],
+        ["--minutes -1"],
+    ),
+    "extrapolation: --seeds -1": (
+        "extrapolation",
+        lambda t: ["--seeds", "-1", "--out", str(t / "x")],
+        ["--seeds -1", ">= 0"],
+    ),
+    "benchmark decode: --batch-size 0": (
+        "benchmark",
+        lambda t: ["decode", "--batch-size", "0"],
+        ["--batch-size 0"],
+    ),
+    "benchmark decode: --threads 0": (
+        "benchmark",
+        lambda t: ["decode", "--threads", "0"],
+        ["--threads 0"],
+    ),
+    "benchmark decode: --length 0": (
+        "benchmark",
+        lambda t: ["decode", "--length", "0"],
+        ["--length 0"],
+    ),
+    "benchmark decode: --repeats 0": (
+        "benchmark",
+        lambda t: ["decode", "--repeats", "0"],
+        ["--repeats 0"],
+    ),
+    "benchmark decode: --model huge": (
+        "benchmark",
+        lambda t: ["decode", "--model", "huge", "--sentences", "2"],
+        ["huge.yaml"],
+    ),
+    "benchmark train: --variants fourier": (
+        "benchmark",
+        lambda t: ["train", "--variants", "fourier"],
+        ["fourier", "sinusoidal"],
+    ),
+    "benchmark train: --vocab-size -5": (
+        "benchmark",
+        lambda t: ["train", "--vocab-size", "-5"],
+        ["--vocab-size -5"],
+    ),
+    "benchmark data: --pairs 0": (
+        "benchmark",
+        lambda t: ["data", "--pairs", "0", "--workdir", str(t / "w")],
+        ["--pairs 0"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", EXTRAPOLATION_AND_BENCHMARK)
+def test_an_extrapolation_or_benchmark_mistake_is_one_line(case, tmp_path, capsys):
+    script, make, expected = EXTRAPOLATION_AND_BENCHMARK[case]
+    line = script_refuses(script_main(script), make(tmp_path), capsys)
+    for text in expected:
+        assert text in line, line
+    assert sorted(tmp_path.iterdir()) == []
