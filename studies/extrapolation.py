@@ -22,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
+from common.errors import first_line
 from common.files import read_json, write_json, write_text
 from data.corpus import load_split
 from evaluation.evaluate import evaluate
@@ -319,6 +322,14 @@ def check_arguments(
     return variants, int(max_words), width
 
 
+def check_overrides(corpus: str, overrides: Sequence[str]) -> None:
+    """StudyError naming an override Hydra cannot apply (a typo), before any run starts."""
+    try:
+        compose_config([f"experiment={CORPORA[corpus].experiment}", *overrides])
+    except (HydraException, OmegaConfBaseException) as e:
+        raise StudyError(f"overrides {' '.join(overrides)}: {first_line(e)}") from e
+
+
 @dataclass(frozen=True)
 class Settings:
     """What every run of one extrapolation study shares."""
@@ -405,6 +416,7 @@ def study(
         raise StudyError(f"--minutes {minutes}: pass a positive number of minutes")
     if any(seed < 0 for seed in seeds):
         raise StudyError(f"--seeds {' '.join(map(str, seeds))}: pass seeds >= 0")
+    check_overrides(corpus, overrides)
     settings = Settings(corpus, max_words, width, beam, minutes, tuple(overrides))
     out.mkdir(parents=True, exist_ok=True)
     splits, runs = SplitCache(), []

@@ -442,6 +442,11 @@ EXTRAPOLATION_AND_BENCHMARK = {
         lambda t: ["--seeds", "-1", "--out", str(t / "x")],
         ["--seeds -1", ">= 0"],
     ),
+    "extrapolation: a mistyped override": (
+        "extrapolation",
+        lambda t: ["--out", str(t / "x"), "trainer.max_step=3"],
+        ["trainer.max_step"],
+    ),
     "benchmark decode: --batch-size 0": (
         "benchmark",
         lambda t: ["decode", "--batch-size", "0"],
