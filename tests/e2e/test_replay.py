@@ -542,3 +542,9 @@ def test_an_extrapolation_or_benchmark_mistake_is_one_line(case, tmp_path, capsy
     for text in expected:
         assert text in line, line
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_data_path_naming_a_file_says_it_is_a_file(bad, tmp_path):
+    overrides = ["experiment=multi30k_small", f"data.path={bad / 'three.en'}"]
+    message = refused([*overrides, f"cache_dir={tmp_path / 'cache'}"], tmp_path / "run")
+    assert "three.en" in message and "is a file, not a folder" in message, message
