@@ -122,8 +122,8 @@ TYPOS = {
 
 def refused(overrides: list[str], run_dir) -> str:
     """train()'s one-line UserError for overrides; the run directory is left without records."""
-    with pytest.raises(UserError) as raised:
-        train(compose_config([*overrides, f"run_dir={run_dir}"]))
+    with pytest.raises(UserError) as raised:  # 2 steps: a case that is not refused ends soon
+        train(compose_config(["trainer.max_steps=2", *overrides, f"run_dir={run_dir}"]))
     message = str(raised.value)
     assert "\n" not in message, message
     assert not (run_dir / "metrics.json").exists() and not (run_dir / "checkpoints").exists()
