@@ -42,6 +42,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -174,6 +175,7 @@ def load_multi30k(
     if layout == "text":
         return load_text_pairs(multi30k_text_files(local))
     what = "is not a Multi30k folder" if local.is_dir() else "not found"
+    what = "is a file, not a folder" if local.is_file() else what
     where = "" if str(local.resolve()) == path else f" ({local.resolve()})"
     raise DataError(
         f"{setting}={path}{where} {what}: expected {MULTI30K_EXPECTED}; "
@@ -379,13 +381,27 @@ def _text_stats(train: datasets.Dataset) -> PairStats:
     )
 
 
+def _number(value) -> float:
+    """value as a float, nan when it is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _whole_at_least(value, minimum: int) -> bool:
+    """Whether value is a whole number >= minimum."""
+    number = _number(value)
+    return math.isfinite(number) and number == int(number) and number >= minimum
+
+
 def _check_cleaning(max_len, max_ratio, max_src_words) -> None:
-    """Raise DataError for a cleaning setting out of range."""
-    if max_len is not None and int(max_len) < 2:
-        raise DataError(f"data.max_len must be at least 2 (subwords + EOS), got {max_len}")
-    if max_ratio is not None and float(max_ratio) < 1:
-        raise DataError(f"data.max_ratio must be >= 1 or null, got {max_ratio}")
-    if max_src_words is not None and int(max_src_words) < 1:
+    """Raise DataError for a cleaning setting out of range (also a value that is not a number)."""
+    if max_len is not None and not _whole_at_least(max_len, 2):
+        raise DataError(f"data.max_len must be a whole number >= 2 (subwords + EOS), got {max_len}")
+    if max_ratio is not None and not _number(max_ratio) >= 1:  # also nan
+        raise DataError(f"data.max_ratio must be a number >= 1 or null, got {max_ratio}")
+    if max_src_words is not None and not _whole_at_least(max_src_words, 1):
         raise DataError(
             f"data.train_max_src_words must be a positive word count or null, got {max_src_words}"
         )

@@ -340,7 +340,14 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
     if refs_file is not None:
         if not refs_file.is_file():
             raise CompareError(f"--refs {refs_file} is not a file: give the references, one a line")
-        return refs_file.read_text(encoding="utf-8").splitlines()
+        refs = refs_file.read_text(encoding="utf-8").splitlines()
+        scored = len(hypotheses(run))
+        if len(refs) != scored:
+            raise CompareError(
+                f"--refs {refs_file} has {len(refs)} lines but {run.path}'s {run.scores['name']} "
+                f"has {scored} hypotheses: pass the references of those sentences, one a line"
+            )
+        return refs
     if run.scores.get("ref_file"):  # an evaluation of files records them (absolute)
         return references(run, Path(run.scores["ref_file"]))
     if run.scores.get("split") and run.scores.get("data"):  # the corpus config it scored
@@ -636,6 +643,8 @@ def compare(
     is not rope); evaluations older than their run's last step are refused unless allow_stale;
     with score, runs lacking a fresh evaluation are scored first (evaluate.py).
     """
+    if resamples < 0:  # a negative count would turn the bootstrap off without a word
+        raise CompareError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
     runs, used = read_runs(paths, eval_name, allow_stale, score)
     groups, order = group_runs(runs, baseline)
     curves = {r.path: dev_ppl_curve(r.path) for r in runs}

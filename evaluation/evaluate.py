@@ -108,6 +108,8 @@ def check_options(cfg: DictConfig) -> None:
     """Raise UserError naming the first evaluation option out of range."""
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise UserError("run_dir is not set: pass run_dir=<a training run directory>")
+    if not isinstance(cfg.get("translate", False), bool):  # `maybe` would read stdin as true
+        raise UserError(f"translate={cfg.translate}: pass true (read stdin) or false")
     check_sources(cfg)
     whole_number(cfg, "beam", 1, f"from 1 (greedy) to {MAX_BEAM} (the paper: 4)")
     if cfg.beam > MAX_BEAM:

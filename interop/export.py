@@ -83,6 +83,11 @@ def export_hf(
 
     max_positions: rows of Marian's sinusoid table (its longest sequence; ours has no cap).
     """
+    if isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 2:
+        raise ExportError(
+            f"--max-positions {max_positions}: pass the longest sequence Marian may hold, at "
+            "least 2 (default 1024)"
+        )
     state, tag = load_run(Path(run_dir), checkpoint)
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:

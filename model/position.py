@@ -47,6 +47,20 @@ class PositionSettingError(UserError):
     """A position setting out of range, or not one a trained model may change."""
 
 
+def check_base(base) -> float:
+    """base as a float, or PositionSettingError unless it is a number above 1."""
+    try:
+        number = float(base)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not number > 1:  # also nan
+        raise PositionSettingError(
+            f"position.base={base}: pass a number above 1 (the paper: 10000), the longest "
+            "wavelength's scale"
+        )
+    return number
+
+
 def sinusoidal_table(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / base^(2i/d)), PE(pos, 2i+1) = cos(...), interleaved (§3.5)."""
     return sinusoidal_encoding(torch.arange(num_positions), d_model, base)
@@ -225,7 +239,7 @@ class SinusoidalPositionEncoding(PositionEncoding):
                 f"position=sinusoidal needs an even model.d_model, got {d_model}: "
                 "use an even d_model or another position variant"
             )
-        self.base = base
+        self.base = check_base(base)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Add float32 sinusoids (float32 even under bf16 autocast)."""
@@ -355,7 +369,7 @@ class RotaryPositionEncoding(PositionEncoding):
         self.d_head = d_model // n_heads
         if self.d_head % 2:
             raise ValueError(f"position=rope needs an even head size, got {self.d_head}")
-        self.base = base
+        self.base = check_base(base)
         self.scaling, self.factor = scaling, factor
         self._check_scaling()
 
@@ -366,12 +380,16 @@ class RotaryPositionEncoding(PositionEncoding):
             raise PositionSettingError(
                 f"position scaling={self.scaling}: pass linear, ntk or null (unscaled)"
             )
-        if not float(self.factor) >= 1.0:
+        try:
+            factor = float(self.factor)
+        except (TypeError, ValueError):
+            factor = math.nan
+        if not factor >= 1.0:
             raise PositionSettingError(
                 f"position factor={self.factor}: pass 1 (unscaled) or more "
                 "(how many times the trained length the inputs reach)"
             )
-        self.factor = float(self.factor)
+        self.factor = factor
 
     def apply_inference_settings(self, **settings) -> None:
         """Set scaling and/or factor, checked as the constructor checks them (all or none)."""

@@ -120,7 +120,8 @@ def load_checkpoint(path: str | Path) -> dict:
     """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist: train first or pick another")
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise CheckpointError(f"checkpoint {path} {what}: train first or pick another")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated file, foreign pickle, ...

@@ -37,13 +37,14 @@ def resolve_device(name: str, local_rank: int = 0, key: str = "device") -> torch
     return device
 
 
-def use_bf16(precision: str, device: torch.device) -> bool:
+def use_bf16(precision: str, device: torch.device, key: str = "precision") -> bool:
     """bf16 autocast for precision bf16, or auto on a bf16 GPU; float32 otherwise (CPU: fp32).
 
-    On a CPU, bf16 is opt-in: results then differ from float32 within seed noise (README).
+    On a CPU, bf16 is opt-in: results then differ from float32 within seed noise (README). key
+    names the setting in the error (trainer.precision for training).
     """
     if precision not in ("auto", "bf16", "fp32"):
-        raise UserError(f"precision={precision}: pass auto, bf16 or fp32")
+        raise UserError(f"{key}={precision}: pass auto, bf16 or fp32")
     if precision == "auto":
         return device.type == "cuda" and torch.cuda.is_bf16_supported()
     return precision == "bf16"

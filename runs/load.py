@@ -35,8 +35,9 @@ def load_run(run_dir: Path, checkpoint: str) -> tuple[dict, str]:
     run_dir = Path(run_dir)
     ckpt_dir = run_dir / "checkpoints"
     if not run_dir.is_dir():
+        what = "is a file, not a folder" if run_dir.exists() else "does not exist"
         raise CheckpointError(
-            f"run directory {run_dir} does not exist: pass run_dir=<a training run directory>"
+            f"run directory {run_dir} {what}: pass run_dir=<a training run directory>"
         )
     if checkpoint in ("last", "best") or checkpoint.startswith("avg:"):
         if not ckpt_dir.is_dir():

@@ -7,7 +7,7 @@ boundary, rather than a traceback or a silent nonsense result later.
 
 import math
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from common.errors import UserError
 
@@ -51,7 +51,48 @@ RANGES = {
     "optim.eps": (0, False, False, "the paper: 1e-9"),
     "data.max_tokens": (1, False, True, "tokens per batch and side"),
     "data.vocab_size": (5, False, True, "subwords, the 4 special ids included"),
+    "data.max_len": (2, False, True, "subwords + EOS a training side may hold"),
+    "data.tokenizer_sample": (1, False, True, "sentences the tokenizer learns from"),
+    "model.d_model": (1, False, True, "the paper: 512"),
+    "model.n_heads": (1, False, True, "the paper: 8"),
+    "model.n_encoder_layers": (1, False, True, "the paper: 6"),
+    "model.n_decoder_layers": (1, False, True, "the paper: 6"),
+    "model.d_ff": (1, False, True, "the paper: 2048"),
+    "model.max_positions": (1, False, True, "rows of a position table"),
+    "model.layer_norm_eps": (1e-30, False, False, "the paper's code: 1e-6"),
 }
+# switches: true or false (a string such as `maybe` would count as true)
+BOOLEANS = ("trainer.compile", "trainer.start_over", "trainer.evaluate_at_end")
+# key: what it means; a probability from 0 to below 1
+PROBABILITIES = {
+    "optim.label_smoothing": "the paper: 0.1",
+    "model.dropout": "the paper: 0.1",
+}
+
+
+def _check_probability(key: str, value, hint: str) -> None:
+    """SettingError unless value is a number from 0 to below 1."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not 0 <= number < 1:  # also nan
+        raise SettingError(f"{key}={value}: pass a number from 0 to below 1 ({hint})")
+
+
+def _check_betas(betas) -> None:
+    """SettingError unless optim.betas is two numbers from 0 to below 1 (Adam's beta1, beta2)."""
+    ok = isinstance(betas, ListConfig | list | tuple) and len(betas) == 2
+    for beta in betas if ok else []:
+        try:
+            ok = ok and 0 <= float(beta) < 1
+        except (TypeError, ValueError):
+            ok = False
+    if not ok:
+        raise SettingError(
+            f"optim.betas={betas}: pass two numbers from 0 to below 1, e.g. "
+            "'optim.betas=[0.9,0.98]' (the paper)"
+        )
 
 
 def check_training_settings(cfg: DictConfig) -> None:
@@ -61,11 +102,15 @@ def check_training_settings(cfg: DictConfig) -> None:
         section, name = key.split(".")
         if name in cfg[section]:
             _check(key, cfg[section][name], minimum, optional, integer, hint)
-    smoothing = float(cfg.optim.label_smoothing)
-    if not 0 <= smoothing < 1:  # also nan
-        raise SettingError(
-            f"optim.label_smoothing={cfg.optim.label_smoothing}: pass a number from 0 to below 1 "
-            "(the paper: 0.1)"
-        )
+    for key, hint in PROBABILITIES.items():
+        section, name = key.split(".")
+        if name in cfg[section]:
+            _check_probability(key, cfg[section][name], hint)
+    _check_betas(cfg.optim.get("betas", [0.9, 0.98]))
+    for key in BOOLEANS:
+        section, name = key.split(".")
+        value = cfg[section].get(name, False)
+        if not isinstance(value, bool):
+            raise SettingError(f"{key}={value}: pass true or false")
     if cfg.optim.clip_norm is not None:
         _check("optim.clip_norm", cfg.optim.clip_norm, 1e-12, True, False, "null: no clipping")

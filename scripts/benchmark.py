@@ -71,7 +71,7 @@ from benchmarks.train import (
     train_rows,
 )
 from benchmarks.variants import variant_cost_rows, variant_step_times
-from common.errors import report_user_errors
+from common.errors import UserError, report_user_errors
 from evaluation.tables import format_table, machine_line
 
 
@@ -409,6 +409,22 @@ def check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace) 
         args.batch_size = 128 if args.device == "cpu" else 25_000 // args.length
 
 
+# options that count something: each at least 1 where given (0 or less failed late, with a
+# traceback (--batch-size 0), or meant "all" without a word (--threads 0))
+COUNTS = (
+    "sentences", "beam", "repeats", "length", "batch_size", "vocab_size", "threads", "pairs",
+    "max_tokens", "tokenizer_sample",
+)  # fmt: skip
+
+
+def check_counts(args: argparse.Namespace) -> None:
+    """UserError naming the first count option below 1."""
+    for name in COUNTS:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            raise UserError(f"--{name.replace('_', '-')} {value}: pass a whole number >= 1")
+
+
 @report_user_errors
 def main(argv: Sequence[str] | None = None) -> dict:
     """Command-line entry: one subcommand per benchmark; prints its table, returns its figures."""
@@ -418,6 +434,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     add_decode_command(commands)
     add_train_command(commands)
     args = parser.parse_args(argv)
+    check_counts(args)
     if getattr(args, "command", None) == "train":
         check_train_args(parser, args)
     return args.run(args)

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from common.errors import report_user_errors
+from runs.preemption import TrainingInterrupted
 from studies.extrapolation import CORPORA, markdown, study
 
 
@@ -61,18 +62,22 @@ def main(argv: list[str] | None = None) -> dict:
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
     out = args.out or Path("outputs") / "extrapolation" / args.corpus
-    result = study(
-        args.corpus,
-        out,
-        args.max_words,
-        args.seeds,
-        args.variants,
-        args.minutes,
-        args.bucket_width,
-        args.beam,
-        args.overrides,
-        echo=progress,
-    )
+    try:
+        result = study(
+            args.corpus,
+            out,
+            args.max_words,
+            args.seeds,
+            args.variants,
+            args.minutes,
+            args.bucket_width,
+            args.beam,
+            args.overrides,
+            echo=progress,
+        )
+    except TrainingInterrupted as e:  # SIGTERM or SIGINT mid-run: a checkpoint was written
+        print(f"{e}; rerun the same command to continue the study", file=sys.stderr)
+        sys.exit(e.exit_code)
     print(markdown(result))
     print(f"written: {out}/extrapolation.md, extrapolation.json, bleu_by_length.png")
     return result

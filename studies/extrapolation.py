@@ -22,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
+from common.errors import first_line
 from common.files import read_json, write_json, write_text
 from data.corpus import load_split
 from evaluation.evaluate import evaluate
@@ -310,12 +313,21 @@ def check_arguments(
         max_words = compose_config([f"experiment={experiment}"]).data.train_max_src_words
     if int(max_words) < 1:
         raise StudyError(f"--max-words {max_words}: pass a positive number of words")
-    width = int(bucket_width or math.ceil(int(max_words) / 2))
+    # 0 is refused below, not taken for "the default"
+    width = int(math.ceil(int(max_words) / 2) if bucket_width is None else bucket_width)
     if width < 1:
         raise StudyError(f"--bucket-width {bucket_width}: pass a positive number of words")
     if beam < 1:
         raise StudyError(f"--beam {beam}: pass 1 (greedy) or more")
     return variants, int(max_words), width
+
+
+def check_overrides(corpus: str, overrides: Sequence[str]) -> None:
+    """StudyError naming an override Hydra cannot apply (a typo), before any run starts."""
+    try:
+        compose_config([f"experiment={CORPORA[corpus].experiment}", *overrides])
+    except (HydraException, OmegaConfBaseException) as e:
+        raise StudyError(f"overrides {' '.join(overrides)}: {first_line(e)}") from e
 
 
 @dataclass(frozen=True)
@@ -400,6 +412,11 @@ def study(
     Progress (one line per run and per evaluated split) goes to echo.
     """
     variants, max_words, width = check_arguments(corpus, max_words, bucket_width, beam, variants)
+    if minutes is not None and not minutes > 0:
+        raise StudyError(f"--minutes {minutes}: pass a positive number of minutes")
+    if any(seed < 0 for seed in seeds):
+        raise StudyError(f"--seeds {' '.join(map(str, seeds))}: pass seeds >= 0")
+    check_overrides(corpus, overrides)
     settings = Settings(corpus, max_words, width, beam, minutes, tuple(overrides))
     out.mkdir(parents=True, exist_ok=True)
     splits, runs = SplitCache(), []

@@ -321,6 +321,8 @@ def write_report(
     root: Path, out: Path, resamples: int = 1000, echo: Callable[[str], None] = print
 ) -> dict:
     """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run."""
+    if resamples < 0:  # before anything is written (a negative count would mean no bootstrap)
+        raise StudyError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
     records, unscored = scored_runs(root)
     if not records:
         raise StudyError(

@@ -302,6 +302,19 @@ def check_grid(protocol: Protocol) -> None:
             )
 
 
+def check_experiment(experiment: str | None) -> None:
+    """Refuse an --experiment that names no configs/experiment/<name>.yaml, before any store."""
+    if experiment is None:
+        return
+    try:
+        compose_config([f"experiment={experiment}", "run_dir=."])
+    except (HydraException, OmegaConfBaseException) as e:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TuningError(
+            f"--experiment {experiment}: {message}; pass a configs/experiment/<name>"
+        ) from e
+
+
 def check_overrides(protocol: Protocol, variant: str) -> None:
     """Refuse overrides (or an experiment) that do not compose: the plan would print them."""
     words = point_overrides(protocol, variant, protocol.seeds[0], protocol.rates[0])
@@ -536,6 +549,7 @@ def tune(
 ) -> dict:
     """Read the grid's runs, choose each variant's rate; out None: print the plan only."""
     check_grid(protocol)
+    check_experiment(protocol.experiment)
     stores = default_stores(protocol) if stores is None else [Path(s) for s in stores]
     runs, unfinished = read_stores(stores, protocol.folder)
     variants = protocol.variants or tuple(sorted({r.variant for r in runs}))

@@ -530,7 +530,7 @@ def train(cfg: DictConfig) -> dict:
 def train_holding_lock(cfg: DictConfig) -> dict:
     """train()'s work, in a run directory this process holds (on rank 0)."""
     rank, world, device = start_process(cfg.trainer)
-    bf16 = use_bf16(cfg.trainer.precision, device)
+    bf16 = use_bf16(cfg.trainer.precision, device, "trainer.precision")
     precision = "bf16" if bf16 else "fp32"
     resumed, changes = open_run(cfg, precision, world, device)  # before any data: refusals first
     if resumed is not None and stop_reason(resumed, cfg.trainer):
