@@ -50,6 +50,7 @@ from runs.checkpoint import (
 )
 from runs.device import machine_description, resolve_device, use_bf16, use_cuda_device
 from runs.directory import (
+    LOCK_FILE,
     EarlierRecordsError,
     RunDirectoryLock,
     discard_records,
@@ -69,6 +70,8 @@ from training.step import DivergenceError, StepResult, train_step
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: configs/ beside train.py
 
 log = logging.getLogger("train")
+# when this process started (about: when this module loaded); run folders made later are its own
+PROCESS_START = time.time()
 
 # What score_completed_run writes (evaluate.yaml's defaults: validation, last.pt, beam 4).
 END_EVALUATION = "validation-last-beam4"
@@ -522,9 +525,34 @@ def train(cfg: DictConfig) -> dict:
     Settings out of range are refused before anything is read. The main process holds the run
     directory's lock throughout: a second process refuses before it reads or changes anything.
     """
-    check_training_settings(cfg)
-    with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
-        return train_holding_lock(cfg)
+    run_dir = Path(cfg.run_dir)
+    before = run_dir_before(run_dir)
+    try:
+        check_training_settings(cfg)
+        with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
+            return train_holding_lock(cfg)
+    except UserError:
+        if process_rank() == 0:
+            forget_refused_launch(run_dir, *before)
+        raise
+
+
+def run_dir_before(run_dir: Path) -> tuple[bool, bool]:
+    """(made here: missing, or empty and made since this process started (by Hydra); had a lock)."""
+    if not run_dir.is_dir():
+        return True, False
+    made = not any(run_dir.iterdir()) and run_dir.stat().st_mtime >= PROCESS_START
+    return made, (run_dir / LOCK_FILE).exists()
+
+
+def forget_refused_launch(run_dir: Path, made_here: bool, had_lock: bool) -> None:
+    """Undo what a refused launch left: the lock file it made (released, so empty) and the run
+    directory it made, if nothing else is in it; a refusal then leaves the disk as it was."""
+    lock = run_dir / LOCK_FILE
+    if not had_lock and lock.is_file() and lock.stat().st_size == 0:
+        lock.unlink()
+    if made_here and run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()
 
 
 def train_holding_lock(cfg: DictConfig) -> dict:

@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -170,6 +171,21 @@ def test_a_refused_resume_leaves_the_run_record_as_it_was(cli_run, cache_dir, tm
     assert "seed: 1 -> 7" in lines[-1]
     assert snapshot(run_dir) == before
     assert yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["seed"] == 1
+
+
+@pytest.mark.parametrize("bad", ["model.n_heads=0", "data.max_ratio=abc"])
+def test_a_refused_first_launch_leaves_no_folder_and_an_old_one_as_it_was(bad, cache_dir, tmp_path):
+    """Refused before the lock (a setting) or after it (a data setting): the run folder the
+    launch made is gone again, and a folder that was there before keeps no lock file."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    old.mkdir()
+    time.sleep(0.05)  # the old folder is older than the launch
+    for run_dir in (new, old):
+        refused = run_cli(cli_overrides(cache_dir, run_dir, 4, bad))
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 1 and lines[-1].startswith("error: "), refused.stderr[-3000:]
+    assert not new.exists()
+    assert old.is_dir() and not any(old.iterdir())
 
 
 def test_of_two_launches_at_once_the_record_is_the_one_that_trained(cache_dir, tmp_path):
