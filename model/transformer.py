@@ -46,12 +46,14 @@ def explicit_attention(
     mask: torch.Tensor | None,
     is_causal: bool,
     terms: AttentionTerms | None = None,
+    on_weights: Callable[[torch.Tensor], None] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T / sqrt(d_head) + mask) v [B, H, Tq, d_head], the softmax in float32.
 
     The same result as ``F.scaled_dot_product_attention``; used for bf16 on CPU, where two
     batched matmuls run 2x faster (forward + backward) than its fused bf16 and fp32 kernels,
-    and wherever a position variant adds terms to the logits or the output (``terms``).
+    wherever a position variant adds terms to the logits or the output (``terms``), and where
+    an analysis reads the attention weights (``on_weights`` is handed them).
     """
     scores = (q @ k.transpose(-1, -2)).float() * q.size(-1) ** -0.5  # [B, H, Tq, Tk]
     extra_scores = terms.scores(q) if terms is not None else None
@@ -64,6 +66,8 @@ def explicit_attention(
             scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         )
     weights = scores.softmax(dim=-1)  # [B, H, Tq, Tk] float32
+    if on_weights is not None:
+        on_weights(weights)
     out = weights.to(v.dtype) @ v  # [B, H, Tq, d_head]
     extra_values = terms.values(weights) if terms is not None else None
     return out if extra_values is None else out + extra_values.to(out.dtype)
@@ -83,6 +87,8 @@ class MultiHeadAttention(nn.Module):
         self.q_proj = nn.Linear(d_model, d_model)
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        # an analysis's reader of the softmax weights [B, H, Tq, Tk] (evaluation/attention.py)
+        self.weights_hook: Callable[[torch.Tensor], None] | None = None
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # [B, H, T, d_head]
@@ -109,8 +115,9 @@ class MultiHeadAttention(nn.Module):
 
         With a position variant's terms, its logit and output terms join in (explicit path).
         """
-        if terms is not None or (q.device.type == "cpu" and q.dtype == torch.bfloat16):
-            out = explicit_attention(q, k, v, mask, is_causal, terms)
+        explicit = terms is not None or self.weights_hook is not None
+        if explicit or (q.device.type == "cpu" and q.dtype == torch.bfloat16):
+            out = explicit_attention(q, k, v, mask, is_causal, terms, self.weights_hook)
         else:
             if mask is not None and mask.dtype != torch.bool:
                 mask = mask.to(q.dtype)

@@ -10,6 +10,8 @@
         [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
     python scripts/study.py plateau --runs RUN [RUN ...] [--out results/pe_plateau]
         [--threshold 0.02]
+    python scripts/study.py pictures --runs RUN [RUN ...] [--out results/pe_pictures]
+        [--split test] [--positions 64] [--data-path FOLDER]
 
 `run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ through
 `train.py --multirun` and Hydra's launcher (basic: one after the other; submitit_local: N at a
@@ -29,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from common.errors import report_user_errors
+from studies.pictures import pictures
 from studies.plan import CONDITIONS, RECORDS
 from studies.report import write_report
 from studies.runner import LAUNCHERS, run_study
@@ -76,6 +79,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     report.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: off)")
     add_tune(commands)
     add_plateau(commands)
+    add_pictures(commands)
     return parser.parse_args(argv)
 
 
@@ -116,6 +120,16 @@ def add_plateau(commands) -> None:
     )
 
 
+def add_pictures(commands) -> None:
+    """The command line of `pictures`."""
+    draw = commands.add_parser("pictures", help="position similarity and attention distances")
+    draw.add_argument("--runs", type=Path, nargs="+", required=True, help="training run folders")
+    draw.add_argument("--out", type=Path, default=Path("results/pe_pictures"))
+    draw.add_argument("--split", default="test", help="the split measured (default: test)")
+    draw.add_argument("--positions", type=int, default=64, help="positions in the similarity")
+    draw.add_argument("--data-path", help="the corpus folder, if it moved since training")
+
+
 @report_user_errors
 def main(argv: list[str] | None = None):
     """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
@@ -145,6 +159,8 @@ def main(argv: list[str] | None = None):
             root=args.root,
         )
         return tune(args.stores, protocol, None if args.plan else args.out)
+    if args.command == "pictures":
+        return pictures(args.runs, args.out, args.split, args.positions, args.data_path)
     if args.command == "plateau":
         logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader's file lines
         return plateau(args.runs, args.out, args.threshold)
