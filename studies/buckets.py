@@ -10,19 +10,35 @@ from studies.cells import cell, holm_by_family, interval, seeds_cell, signed_cel
 from studies.plan import BUCKET_WIDTH
 from studies.records import StudyRecord
 
+# per bucket beside BLEU: what tells a shorter output (the end-of-sentence prior) from a worse one
+LENGTH_KEYS = ("length_ratio", "bp")
 
-def bucket_cells(records: list[StudyRecord]) -> tuple[dict[tuple, dict[int, float]], dict]:
-    """BLEU by (variant, bucket, condition) and seed of the short and all runs; bucket sizes."""
-    cells: dict[tuple, dict[int, float]] = {}
+
+def bucket_cells(
+    records: list[StudyRecord], score: str = "bleu"
+) -> tuple[dict[tuple, dict[int, float | None]], dict]:
+    """A score by (variant, bucket, condition) and seed of the short and all runs (None where a
+    record lacks it); bucket sizes."""
+    cells: dict[tuple, dict[int, float | None]] = {}
     sizes: dict[str, dict] = {}
     for record in records:
         if record.condition not in ("short", "all"):
             continue
         for b in record.by_bucket:
             key = (record.variant, b["bucket"], record.condition)
-            cells.setdefault(key, {})[record.seed] = b["bleu"]
+            cells.setdefault(key, {})[record.seed] = b.get(score)
             sizes[b["bucket"]] = {k: b[k] for k in ("bucket", "low", "high", "beyond", "n")}
     return cells, sizes
+
+
+def add_lengths(rows: list[dict], records: list[StudyRecord]) -> None:
+    """Each row's length ratio and brevity penalty over seeds, short and control (LENGTH_KEYS)."""
+    for score in LENGTH_KEYS:
+        cells, _ = bucket_cells(records, score)
+        for row in rows:
+            for condition, name in (("short", "short"), ("all", "control")):
+                values = cells.get((row["variant"], row["bucket"], condition), {}).values()
+                row[f"{name}_{score}"] = interval([v for v in values if v is not None])
 
 
 def bucket_row(variant: str, size: dict, short: dict, control: dict) -> dict:
@@ -112,6 +128,7 @@ def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> di
         (s for s in sizes.values() if not s["beyond"]), key=lambda s: s["low"], default=None
     )
     add_over_in_range(rows, in_range)
+    add_lengths(rows, records)
     return {
         "max_words": max_words,
         "bucket_width": BUCKET_WIDTH,
@@ -147,6 +164,7 @@ def bucket_markdown(table: dict) -> str:
             f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} "
             f"| {cell(row['over_in_range'], 3)} |"
         )
+    lines += length_lines(table)
     if table["differences"]:
         lines += [
             "",
@@ -170,6 +188,30 @@ def bucket_markdown(table: dict) -> str:
             f"| {signed_cell(diff['over_in_range'], 3)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def length_lines(table: dict) -> list[str]:
+    """buckets.md's table of length ratios and brevity penalties, short vs control."""
+    lines = [
+        "",
+        "## Output length per bucket: short vs control",
+        "",
+        "Hypothesis/reference length ratio and sacreBLEU's brevity penalty per bucket, mean over "
+        "seeds [95% interval]: a short-trained model whose ratio drops beyond its training "
+        "lengths while the control's holds stops early (the end-of-sentence prior), which BLEU "
+        "alone would charge to the position encoding. — : records scored before these were kept.",
+        "",
+        "| variant | bucket | sentences | length ratio short | control | BP short | control |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in table["rows"]:
+        mark = "*" if row["beyond"] else ""
+        lines.append(
+            f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} "
+            f"| {cell(row['short_length_ratio'], 3)} | {cell(row['control_length_ratio'], 3)} "
+            f"| {cell(row['short_bp'], 3)} | {cell(row['control_bp'], 3)} |"
+        )
+    return lines
 
 
 def plot_bucket_ratio(table: dict, path: Path) -> None:

@@ -60,15 +60,18 @@ def bucket_of(words: int, max_words: int, width: int) -> tuple[int, int]:
 
 
 def bleu_of(indices: list[int], hyps: list[str | None], refs: list[str]) -> dict:
-    """Line count, scored count and sacreBLEU of some lines (a None hypothesis was skipped)."""
+    """Line count, scored count, sacreBLEU, its brevity penalty and the hypothesis/reference
+    length ratio of some lines (a None hypothesis was skipped)."""
     scored = [i for i in indices if hyps[i] is not None]
-    bleu = None
-    if scored:
-        bleu = sacrebleu.corpus_bleu([hyps[i] for i in scored], [[refs[i] for i in scored]])
+    if not scored:
+        return {"n": len(indices), "scored": 0, "bleu": None, "bp": None, "length_ratio": None}
+    bleu = sacrebleu.corpus_bleu([hyps[i] for i in scored], [[refs[i] for i in scored]])
     return {
         "n": len(indices),
         "scored": len(scored),
-        "bleu": None if bleu is None else round(bleu.score, 2),
+        "bleu": round(bleu.score, 2),
+        "bp": round(bleu.bp, 4),
+        "length_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4),
     }
 
 

@@ -52,6 +52,9 @@ TABLE3_EVAL = "test-last-beam4"
 # The paper's search (§6.1): beam 4, alpha 0.6; EOS may come first (min_len 0), as tensor2tensor
 SEARCH = {"beam": 4, "lenpen": 0.6, "min_len": 0}
 BUCKET_WIDTH = 5
+# a length bucket's scores in study.json; bp and length_ratio kept since 2026-12-03 (an older
+# record lacks them: `run` scores it again from its kept translations where its run folder is)
+BUCKET_KEYS = ("bucket", "low", "high", "beyond", "n", "bleu", "bp", "length_ratio")
 STUDY_FILE = "study.json"
 # The committed store of scored runs (the report's default input) and what a record keeps of a run
 RECORDS = ROOT / "results" / "pe_study" / "runs"

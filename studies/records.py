@@ -76,6 +76,11 @@ class StudyRecord:
     def label(self) -> str:
         return f"{self.condition}/{self.variant}/seed-{self.seed}"
 
+    @property
+    def has_bucket_lengths(self) -> bool:
+        """Whether every length bucket has its brevity penalty and length ratio (BUCKET_KEYS)."""
+        return all("length_ratio" in bucket and "bp" in bucket for bucket in self.by_bucket)
+
     @classmethod
     def from_json(cls, record: dict, path: Path) -> StudyRecord:
         """The record of a study.json's dict; a StudyError names a missing field and the file."""

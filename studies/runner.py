@@ -124,13 +124,22 @@ def launch(sweep: Sweep, root: Path, launcher: str, jobs: int, overrides, say) -
 def triage(
     planned: list[Job], records: Path | None, overrides: Sequence[str], say
 ) -> tuple[dict[str, StudyRecord], list[Job], list[Job]]:
-    """The store's records of planned jobs; the jobs finished here before; the jobs to train."""
+    """The store's records of planned jobs; the jobs finished here before; the jobs to train.
+
+    A record older than the buckets' length ratios whose run finished here is scored again (from
+    the run's kept translations: no search runs); without its run folder it stays as it is.
+    """
     stored, finished, to_train = {}, [], []
     for job in planned:
-        if records is not None and (record := recorded(job, records, overrides)):
+        record = recorded(job, records, overrides) if records is not None else None
+        finished_here = finished_metrics(job.run_dir) is not None
+        if record is not None and (record.has_bucket_lengths or not finished_here):
             say(f"  {job.label}: recorded in {records}, not trained again")
             stored[job.label] = record
-        elif finished_metrics(job.run_dir) is not None:
+        elif record is not None:
+            say(f"  {job.label}: recorded before the buckets' length ratios; scored again")
+            finished.append(job)
+        elif finished_here:
             say(f"  {job.label}: finished in {job.run_dir}, not trained again")
             finished.append(job)
         else:

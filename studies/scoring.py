@@ -22,6 +22,7 @@ from evaluation.compare import search_settings
 from evaluation.evaluate import evaluate
 from studies.extrapolation import bleu_by_bucket
 from studies.plan import (
+    BUCKET_KEYS,
     BUCKET_WIDTH,
     CONCAT_SPLITS,
     KS,
@@ -133,9 +134,10 @@ def scored_lines(path: Path, expected: int, label: str) -> list[str]:
 
 
 def bucket_scores(srcs: list[str], hyps: list[str], refs: list[str], max_words: int) -> list[dict]:
-    """BLEU and sentence count per source-length bucket (words; one bucket ends at max_words)."""
+    """BLEU, brevity penalty, length ratio and sentence count per source-length bucket (words;
+    one bucket ends at max_words)."""
     rows = bleu_by_bucket(srcs, hyps, refs, max_words, BUCKET_WIDTH)
-    return [{k: row[k] for k in ("bucket", "low", "high", "beyond", "n", "bleu")} for row in rows]
+    return [{k: row[k] for k in BUCKET_KEYS} for row in rows]
 
 
 def run_evaluations(job: Job, step: int, precision: str, sets: list[dict], say) -> None:
@@ -196,8 +198,10 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
     if study_path.is_file():
         record = read_json(study_path)
         if record.get("step") == step and record.get("search") == SEARCH:
-            say(f"  {job.label}: scored at step {step}, not scored again")
-            return StudyRecord.from_json(record, study_path)
+            scored = StudyRecord.from_json(record, study_path)
+            if scored.has_bucket_lengths:
+                say(f"  {job.label}: scored at step {step}, not scored again")
+                return scored
     config = stored_config(job.run_dir)
     precision = str(config.trainer.precision)
     sets = concat_sets(config.data, sets_root / data_identity(config.data)[:16])

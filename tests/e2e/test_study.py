@@ -5,6 +5,7 @@ import math
 import shutil
 
 import pytest
+import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
@@ -124,6 +125,22 @@ def check_concatenation(record: StudyRecord, run_dir) -> None:
         assert pooled["bp"] == pytest.approx(bp, abs=1e-4)
     assert sum(b["n"] for b in record.by_bucket) == 2 * N_EVAL
     assert any(b["beyond"] for b in record.by_bucket) and record.by_bucket[0]["low"] == 1
+    check_buckets(record, run_dir, sets)
+
+
+def check_buckets(record: StudyRecord, run_dir, sets) -> None:
+    """Each bucket's BLEU, brevity penalty and length ratio recompute from its lines (k = 1)."""
+    srcs, hyps, refs = [], [], []
+    for split in ("test", "validation"):
+        srcs += (sets / f"{split}-k1.en").read_text(encoding="utf-8").splitlines()
+        refs += (sets / f"{split}-k1.de").read_text(encoding="utf-8").splitlines()
+        hyps += (run_dir / "eval" / f"concat-{split}-k1.hyp").read_text().splitlines()
+    for bucket in record.by_bucket:
+        lines = [i for i, s in enumerate(srcs) if bucket["low"] <= len(s.split()) <= bucket["high"]]
+        bleu = sacrebleu.corpus_bleu([hyps[i] for i in lines], [[refs[i] for i in lines]])
+        assert bucket["n"] == len(lines) and bucket["bleu"] == round(bleu.score, 2)
+        assert bucket["bp"] == round(bleu.bp, 4)
+        assert bucket["length_ratio"] == round(bleu.sys_len / bleu.ref_len, 4)
 
 
 def test_concatenation_numbers(study):
@@ -213,6 +230,39 @@ def test_the_record_store_outlives_the_run_folders(study, tmp_path):
     changed = [*overrides, "optim.warmup=11"]  # refused before anything is launched
     with pytest.raises(StudyError, match=r"seed-1 was trained with other settings .*10 -> 11"):
         run_study(copy, ["all"], ["learned"], [1], 1, changed, lambda _: None, records=store)
+    assert not (copy / "all").exists()
+
+
+def test_a_record_without_bucket_lengths_is_rescored_where_its_run_is(study, tmp_path):
+    """A store record from before the buckets' length ratios: scored again, without a search,
+    while its run folder is here; kept as it is (never trained again) once the folder is gone."""
+    root, overrides, _, _ = study
+    copy, store = tmp_path / "study", tmp_path / "records"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("short"))
+    run_study(copy, ["all"], ["learned"], [1], 1, overrides, lambda _: None, records=store)
+    path = store / "all" / "learned" / "seed-1" / STUDY_FILE
+    full = json.loads(path.read_text())
+    old = [
+        {k: v for k, v in b.items() if k not in ("bp", "length_ratio")} for b in full["by_bucket"]
+    ]
+    for study_json in (path, copy / "all" / "learned" / "seed-1" / STUDY_FILE):
+        study_json.write_text(json.dumps(full | {"by_bucket": old}))
+    lines = []
+    (record,) = run_study(
+        copy, ["all"], ["learned"], [1], 1, overrides, lines.append, records=store
+    )
+    assert any("recorded before the buckets' length ratios; scored again" in x for x in lines)
+    assert not any(": evaluated " in line for line in lines)  # the kept translations, no search
+    rescored = json.loads(path.read_text())
+    assert record.has_bucket_lengths and rescored["run_dir"] == str(copy / "all/learned/seed-1")
+    assert {**rescored, "run_dir": None} == {**full, "run_dir": None}  # the same numbers again
+    path.write_text(json.dumps(full | {"by_bucket": old}))
+    shutil.rmtree(copy)
+    lines = []
+    (record,) = run_study(
+        copy, ["all"], ["learned"], [1], 1, overrides, lines.append, records=store
+    )
+    assert not record.has_bucket_lengths and "0 trained here" in lines[-1]
     assert not (copy / "all").exists()
 
 

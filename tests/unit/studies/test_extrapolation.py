@@ -135,13 +135,15 @@ def test_bleu_per_bucket_is_sacrebleu_on_the_lines_of_that_bucket():
     ]
     for row, lines in zip(rows, ([0, 1], [2], [4, 5, 6]), strict=True):
         expected = sacrebleu.corpus_bleu([hyps[i] for i in lines], [[refs[i] for i in lines]])
-        assert row["bleu"] == round(expected.score, 2)
+        assert row["bleu"] == round(expected.score, 2) and row["bp"] == round(expected.bp, 4)
+        assert row["length_ratio"] == round(expected.sys_len / expected.ref_len, 4)
     ranges = bleu_by_range(srcs, hyps, refs, max_words=4)
     assert list(ranges) == ["1-4", "5-8", ">8"]
     assert [r["n"] for r in ranges.values()] == [2, 2, 3]
     assert ranges["1-4"]["bleu"] == rows[0]["bleu"] and ranges[">8"]["bleu"] == rows[2]["bleu"]
     only_skipped = bleu_by_bucket(["a"], [None], ["x"], max_words=4, width=4)
     assert only_skipped[0]["bleu"] is None and only_skipped[0]["scored"] == 0
+    assert only_skipped[0]["bp"] is None and only_skipped[0]["length_ratio"] is None
 
 
 def fake_run(variant: str, seed: int, bleus: list[float | None]) -> dict:

@@ -270,3 +270,33 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
         -statistics.fmean(shifts["far"])
     )
     assert learned[0]["across_seeds"]["p_holm"] == learned[0]["across_seeds"]["p"]
+
+
+def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
+    """Length ratio and brevity penalty per bucket, over seeds, for each condition; a record
+    scored before they were kept gives a dash, never a zero."""
+
+    def record(condition, seed, ratio, bp, kept=True):
+        lengths = {"length_ratio": ratio, "bp": bp} if kept else {}
+        rows = [
+            {"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": 20.0}
+            | lengths
+        ]
+        return record_of(condition, "rope", seed, by_bucket=rows, max_words=10)
+
+    records = [
+        record("short", 1, 0.80, 0.7515),
+        record("short", 2, 0.90, 0.8948),
+        record("all", 1, 1.00, 1.0),
+        record("all", 2, 0.0, 0.0, kept=False),
+    ]
+    (row,) = bucket_table(records)["rows"]
+    assert row["short_length_ratio"]["mean"] == pytest.approx(0.85)
+    assert row["short_length_ratio"]["n"] == 2 and row["short_bp"]["mean"] == pytest.approx(0.82315)
+    assert row["control_length_ratio"]["n"] == 1 and row["control_bp"]["mean"] == 1.0
+    text = bucket_markdown(bucket_table(records))
+    assert "## Output length per bucket: short vs control" in text
+    assert "| rope | 11-15* | 9 | 0.850 ± 0.071 [" in text
+    assert "| 1.000 |" in text  # the control's one seed: a mean, no spread
+    older = bucket_table([record("short", 1, 0, 0, kept=False), record("all", 1, 0, 0, False)])
+    assert "| rope | 11-15* | 9 | — | — | — | — |" in bucket_markdown(older)
