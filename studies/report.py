@@ -317,6 +317,19 @@ def missing_runs(records: list[StudyRecord], root: Path) -> list[str]:
     ]
 
 
+def pictures_line(out: Path) -> str:
+    """The README's line on the pictures of trained runs (made apart: they need the weights)."""
+    if (out / "pictures.md").is_file():
+        return (
+            "- [What the trained models do with positions](pictures.md) (pictures.json, "
+            "position_similarity.png, attention_distance.png)"
+        )
+    return (
+        "- Pictures of trained runs: not made yet (`python scripts/study.py pictures --runs "
+        f"<run folders> --out {out}`; they read the weights, which the record store does not keep)"
+    )
+
+
 def write_report(
     root: Path, out: Path, resamples: int = 1000, echo: Callable[[str], None] = print
 ) -> dict:
@@ -365,6 +378,7 @@ def write_report(
         "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
         "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
         "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
+        pictures_line(out),
         "",
         f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
         f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",

@@ -312,6 +312,16 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     assert f"counts under each): {machine_description(torch.device('cpu'))} (3)." in readme
     assert "all/sinusoidal/seed-2" in report["missing"]
     assert "short/learned/seed-1" in report["missing"]
+    assert "Pictures of trained runs: not made yet" in readme
+    runs = [str(root / "all" / v / "seed-1") for v in VARIANTS]
+    script_main("study")(["pictures", "--runs", *runs, "--out", str(out)])
+    pictured = json.loads((out / "pictures.json").read_text())["runs"]
+    assert [(r["variant"], r["step"]) for r in pictured] == [("sinusoidal", 20), ("learned", 20)]
+    write_report(root, out, resamples=0, echo=lambda _: None)
+    assert (
+        "[What the trained models do with positions](pictures.md)"
+        in (out / "README.md").read_text()
+    )
 
 
 def test_bad_input_is_one_line_and_launches_nothing(tmp_path, capsys):
