@@ -5,6 +5,7 @@
         [--records results/pe_study/runs]
         [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
+        [--tuning results/pe_tuning/tuning.json]
     python scripts/study.py tune [--stores S ...] [--out results/pe_tuning] [--plan]
         [--condition all | --experiment E [--root outputs/tuning]] [--variants V ...]
         [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
@@ -77,6 +78,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     report.add_argument("--out", type=Path, default=Path("results/pe_study"), help="report folder")
     report.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: off)")
+    report.add_argument(
+        "--tuning", type=Path, help="a tuning.json: check each variant's rate is the chosen one"
+    )
     add_tune(commands)
     add_plateau(commands)
     add_pictures(commands)
@@ -164,7 +168,7 @@ def main(argv: list[str] | None = None):
     if args.command == "plateau":
         logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader's file lines
         return plateau(args.runs, args.out, args.threshold)
-    return write_report(args.root, args.out, args.resamples)
+    return write_report(args.root, args.out, args.resamples, tuning=args.tuning)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from common.files import write_json, write_text
+from common.files import read_json, write_json, write_text
 from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
 from evaluation.statistics import (
     add_holm,
@@ -24,7 +24,48 @@ from studies.buckets import bucket_markdown, bucket_table, plot_bucket_ratio
 from studies.cells import cell, interval, interval_cell, p_cell, power_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
 from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
-from studies.records import StudyRecord, scored_runs
+from studies.records import StudyRecord, scored_runs, stored_config
+
+
+def rates_of(records: list[StudyRecord]) -> dict[str, float]:
+    """Each variant's optim.lr_scale in the all-lengths runs; a variant at two rates is refused
+    (its seeds would be pooled into one mean)."""
+    rates: dict[str, dict[float, list[str]]] = {}
+    for record in records:
+        if record.condition == "all":
+            rate = float(stored_config(Path(record.run_dir)).optim.lr_scale)
+            rates.setdefault(record.variant, {}).setdefault(rate, []).append(record.label)
+    for variant, by_rate in rates.items():
+        if len(by_rate) > 1:
+            held = "; ".join(
+                f"×{r:g}: {', '.join(labels)}" for r, labels in sorted(by_rate.items())
+            )
+            raise StudyError(
+                f"{variant} is trained at {len(by_rate)} learning rates in one store ({held}): "
+                "a variant's seeds are compared at one rate; keep the others in another store"
+            )
+    return {variant: next(iter(by_rate)) for variant, by_rate in rates.items()}
+
+
+def chosen_rates(tuning: Path | None) -> dict[str, float | None]:
+    """Each variant's chosen optim.lr_scale in a tuning.json (`scripts/study.py tune`)."""
+    if tuning is None:
+        return {}
+    if not Path(tuning).is_file():
+        raise StudyError(f"--tuning {tuning}: no such file; pass a tuning.json of `study.py tune`")
+    return {v: t.get("chosen_lr_scale") for v, t in read_json(tuning)["variants"].items()}
+
+
+def rate_cell(rate: float | None, chosen: dict[str, float | None], variant: str) -> str:
+    """×rate, and against tuning.json's choice where one was given."""
+    text = "—" if rate is None else f"×{rate:g}"
+    if not chosen:
+        return text
+    if chosen.get(variant) is None:
+        return f"{text} (none chosen yet)"
+    return (
+        f"{text} (chosen)" if chosen[variant] == rate else f"{text} (≠ chosen ×{chosen[variant]:g})"
+    )
 
 
 def provenance_line(runs: list[dict], key: str, what: str) -> str:
@@ -54,15 +95,21 @@ def provenance_line(runs: list[dict], key: str, what: str) -> str:
 
 
 def table3(
-    records: list[StudyRecord], out: Path, resamples: int, baseline: str = "sinusoidal"
+    records: list[StudyRecord],
+    out: Path,
+    resamples: int,
+    baseline: str = "sinusoidal",
+    chosen: dict[str, float | None] | None = None,
 ) -> dict:
     """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
 
     Per variant: dev PPL, sacreBLEU and chrF mean ± std and 95% interval over seeds; every
     variant minus the baseline and every variant minus learned, paired by seed (BLEU and chrF,
     each column a family with Holm-adjusted p), with the effect 80% power detects; row (E) with
-    its equivalence test and two-level bootstrap (``row_e``); the steps of every run.
+    its equivalence test and two-level bootstrap (``row_e``); the steps of every run; each
+    variant's learning rate and, given tuning.json's choices (chosen), whether it is the chosen.
     """
+    rates = rates_of(records)
     runs = [r for r in records if r.condition == "all"]
     if not runs:
         return {}
@@ -85,6 +132,8 @@ def table3(
             "tok_bleu": interval([r.test.tok_bleu for r in mine]),
         }
         row["steps_by_seed"] = {str(r.seed): r.step for r in mine}
+        row["lr_scale"] = rates.get(row["variant"])
+        row["chosen_lr_scale"] = (chosen or {}).get(row["variant"])
     base = by_variant.get(baseline, [])
     for diff in result["differences"]:
         other = by_variant[diff["variant"]]
@@ -100,6 +149,7 @@ def table3(
         result["row_e"]["bleu"]["p_holm"] = in_family[0]["across_seeds"].get("p_holm")
     steps = sorted({r.step for r in runs})
     result["study"] = {"condition": "all", "steps": steps, "equal_steps": len(steps) == 1}
+    result["study"]["rates_checked_against_tuning"] = bool(chosen)
     write_json(out / "compare.json", result)
     write_text(out / "table3.md", table3_markdown(result))
     return result
@@ -195,24 +245,28 @@ def table3_markdown(result: dict) -> str:
         f"# Table 3 (E) extended: test_2016_flickr, beam {SEARCH['beam']}, alpha "
         f"{SEARCH['lenpen']}, last checkpoint",
         "",
-        "| variant | seeds | steps | dev PPL | sacreBLEU | chrF | tok. BLEU | paper PPL "
+        "| variant | seeds | steps | lr | dev PPL | sacreBLEU | chrF | tok. BLEU | paper PPL "
         "| paper BLEU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    checked = result["study"].get("rates_checked_against_tuning")
     for row in result["variants"]:
         iv = row["intervals"]
         steps = ", ".join(sorted(set(map(str, row["steps_by_seed"].values()))))
         paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
         paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
+        choice = {row["variant"]: row.get("chosen_lr_scale")} if checked else {}
+        rate = rate_cell(row.get("lr_scale"), choice, row["variant"])
         lines.append(
-            f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} "
+            f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} | {rate} "
             f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
             f"| {cell(iv['tok_bleu'])} | {paper_ppl} | {paper_bleu} |"
         )
     lines += [
         "",
         "mean ± std over seeds [95% t-interval of the mean]; dev PPL per subword at the last "
-        f"step. {result['paper_note']}",
+        "step; lr: optim.lr_scale (×1 = the paper's schedule), against the rate `study.py tune` "
+        f"chose on dev where its tuning.json was given (--tuning). {result['paper_note']}",
     ]
     families = [(result["baseline"], result["differences"], True)]
     families.append((ROW_E[1], result.get("differences_to_learned", []), False))
@@ -331,16 +385,23 @@ def pictures_line(out: Path) -> str:
 
 
 def write_report(
-    root: Path, out: Path, resamples: int = 1000, echo: Callable[[str], None] = print
+    root: Path,
+    out: Path,
+    resamples: int = 1000,
+    echo: Callable[[str], None] = print,
+    tuning: Path | None = None,
 ) -> dict:
-    """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run."""
+    """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run;
+    tuning: a tuning.json whose chosen rates the runs' rates are checked against."""
     if resamples < 0:  # before anything is written (a negative count would mean no bootstrap)
         raise StudyError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
+    chosen = chosen_rates(tuning)
     records, unscored = scored_runs(root)
     if not records:
         raise StudyError(
             f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
         )
+    rates_of(records)  # a variant at two rates is refused before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     missing = missing_runs(records, root)
@@ -351,7 +412,7 @@ def write_report(
             f"last step with the study's search {SEARCH} (`python scripts/study.py run` trains "
             f"or scores them): {', '.join(unscored)}"
         )
-    table = table3(records, out, resamples)
+    table = table3(records, out, resamples, chosen=chosen)
     concat = concat_table(records)
     write_json(out / "concat.json", concat)
     write_text(out / "concat.md", concat_markdown(concat))

@@ -294,7 +294,12 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     report = write_report(root, out, resamples=20, echo=lambda _: None)
     compare = json.loads((out / "compare.json").read_text())
     assert {r["variant"] for r in compare["runs"]} == set(VARIANTS)
-    assert compare["study"] == {"condition": "all", "steps": [20], "equal_steps": True}
+    assert compare["study"] == {
+        "condition": "all",
+        "steps": [20],
+        "equal_steps": True,
+        "rates_checked_against_tuning": False,
+    }
     (diff,) = compare["differences"]
     bleu = {r["variant"]: r["bleu"] for r in compare["runs"]}
     assert diff["across_seeds"]["difference"] == pytest.approx(bleu["learned"] - bleu["sinusoidal"])
@@ -322,6 +327,32 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
         "[What the trained models do with positions](pictures.md)"
         in (out / "README.md").read_text()
     )
+
+
+def test_report_shows_each_variants_rate_and_refuses_one_variant_at_two(study, tmp_path):
+    """The rate column against tune's choice; seeds of one variant at two rates never pooled."""
+    root, _, _, _ = study
+    rate = OmegaConf.load(root / "all/learned/seed-1/.hydra/config.yaml").optim.lr_scale
+    tuning = tmp_path / "tuning.json"
+    chosen = {"learned": {"chosen_lr_scale": rate}, "sinusoidal": {"chosen_lr_scale": rate / 2}}
+    tuning.write_text(json.dumps({"variants": chosen}))
+    out = tmp_path / "report"
+    report = write_report(root, out, resamples=0, echo=lambda _: None, tuning=tuning)
+    rows = {row["variant"]: row for row in report["table3"]["variants"]}
+    assert rows["learned"]["lr_scale"] == rows["learned"]["chosen_lr_scale"] == rate
+    table = (out / "table3.md").read_text()
+    assert f"| learned | 1 | 20 | ×{rate:g} (chosen) |" in table
+    assert f"| sinusoidal | 1 | 20 | ×{rate:g} (≠ chosen ×{rate / 2:g}) |" in table
+    copy = tmp_path / "study"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("short"))
+    shutil.copytree(copy / "all/learned/seed-1", copy / "all/learned/seed-2")
+    config = copy / "all/learned/seed-2/.hydra/config.yaml"
+    config.write_text(config.read_text().replace(f"lr_scale: {rate}", "lr_scale: 0.25"))
+    record = json.loads((copy / "all/learned/seed-2" / STUDY_FILE).read_text())
+    (copy / "all/learned/seed-2" / STUDY_FILE).write_text(json.dumps(record | {"seed": 2}))
+    with pytest.raises(StudyError, match=r"learned is trained at 2 learning rates in one store"):
+        write_report(copy, tmp_path / "mixed", resamples=0, echo=lambda _: None)
+    assert not (tmp_path / "mixed").exists()
 
 
 def test_bad_input_is_one_line_and_launches_nothing(tmp_path, capsys):
