@@ -365,13 +365,21 @@ def missing_runs(tunings: Sequence[VariantTuning], protocol: Protocol) -> list[M
     return missing
 
 
+def in_checkout(path: Path) -> str:
+    """A path as a command run from the checkout reads it: relative where it lies inside."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def study_store(rate: float, runs: Sequence[GridRun], stores: Sequence[Path]) -> tuple[str, str]:
     """(--root, --records) of the study's runs at a rate: the store that holds some, else
     results/pe_study_lr<rate>/runs (results/pe_study/runs at 1.0)."""
     root = "outputs/study" if rate == 1.0 else f"outputs/study_lr{rate_tag(rate)}"
     for store in stores:
         if any(r.lr_scale == rate and Path(store) in r.path.parents for r in runs):
-            return root, str(store)
+            return root, in_checkout(Path(store))
     default = (
         RECORDS.relative_to(ROOT) if rate == 1.0 else f"results/pe_study_lr{rate_tag(rate)}/runs"
     )

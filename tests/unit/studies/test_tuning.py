@@ -18,6 +18,7 @@ from studies.tuning import (
     PlateauRun,
     Protocol,
     TuningError,
+    in_checkout,
     plateau,
     plateau_step,
     read_curve,
@@ -252,3 +253,9 @@ def test_plateau_on_a_committed_record(tmp_path):
     assert all(
         math.isclose(a, b, abs_tol=5e-4) for (_, a), (_, b) in zip(from_log, curve, strict=True)
     )
+
+
+def test_plan_commands_name_stores_inside_the_checkout_relative_to_it(tmp_path):
+    """The plan's commands run from the checkout: a store inside it is named relative to it."""
+    assert in_checkout(STORE_05) == "results/pe_study_lr05/runs"
+    assert in_checkout(tmp_path / "store") == str(tmp_path / "store")
