@@ -138,6 +138,11 @@ def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> di
     }
 
 
+def row_start(row: dict) -> str:
+    """A Markdown row's first cells: variant, bucket (* beyond the training lengths), sentences."""
+    return f"| {row['variant']} | {row['bucket']}{'*' if row['beyond'] else ''} | {row['n']}"
+
+
 def bucket_markdown(table: dict) -> str:
     """buckets.md: short-trained BLEU over the all-lengths control, per bucket, with counts."""
     lines = [
@@ -158,9 +163,8 @@ def bucket_markdown(table: dict) -> str:
         return "\n".join(lines[:4] + ["No run of the short condition is scored yet."]) + "\n"
     for row in table["rows"]:
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.3f}"
-        mark = "*" if row["beyond"] else ""
         lines.append(
-            f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} | {cell(row['short'])} "
+            f"{row_start(row)} | {cell(row['short'])} "
             f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} "
             f"| {cell(row['over_in_range'], 3)} |"
         )
@@ -181,10 +185,8 @@ def bucket_markdown(table: dict) -> str:
             "|---|---|---|---|---|---|",
         ]
     for diff in table["differences"]:
-        mark = "*" if diff["beyond"] else ""
         lines.append(
-            f"| {diff['variant']} | {diff['bucket']}{mark} | {diff['n']} "
-            f"| {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
+            f"{row_start(diff)} | {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
             f"| {signed_cell(diff['over_in_range'], 3)} |"
         )
     return "\n".join(lines) + "\n"
@@ -205,10 +207,9 @@ def length_lines(table: dict) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for row in table["rows"]:
-        mark = "*" if row["beyond"] else ""
         lines.append(
-            f"| {row['variant']} | {row['bucket']}{mark} | {row['n']} "
-            f"| {cell(row['short_length_ratio'], 3)} | {cell(row['control_length_ratio'], 3)} "
+            f"{row_start(row)} | {cell(row['short_length_ratio'], 3)} "
+            f"| {cell(row['control_length_ratio'], 3)} "
             f"| {cell(row['short_bp'], 3)} | {cell(row['control_bp'], 3)} |"
         )
     return lines
