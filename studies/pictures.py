@@ -78,15 +78,15 @@ def picture_run(run_dir: Path, split: str, positions: int, data_path: str | None
         )
     state, _ = load_run(run_dir, "last")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
+    try:
+        model.check_lengths(src_len=positions)
+    except PositionRangeError as e:
+        raise PicturesError(f"--positions {positions} for {run_dir}: {e}") from e
     srcs, refs = test_pairs(state, split, data_path)
     kept, skipped = fitting_lines(model, tokenizer, srcs, refs, 0, "skip", f"split {split}")
     src_ids = [ids + [EOS_ID] for ids in tokenizer.encode([srcs[i] for i in kept])]
     tgt_ids = [ids + [EOS_ID] for ids in tokenizer.encode([refs[i] for i in kept])]
     distances = attention_distances(model, src_ids, tgt_ids, MAX_TOKENS, torch.device("cpu"))
-    try:
-        model.check_lengths(src_len=positions)
-    except PositionRangeError as e:
-        raise PicturesError(f"--positions {positions} for {run_dir}: {e}") from e
     vectors = position_vectors(model.encoder_position, positions)
     metrics = finished_metrics(run_dir) or {}
     return RunPicture(

@@ -56,16 +56,14 @@ def chosen_rates(tuning: Path | None) -> dict[str, float | None]:
     return {v: t.get("chosen_lr_scale") for v, t in read_json(tuning)["variants"].items()}
 
 
-def rate_cell(rate: float | None, chosen: dict[str, float | None], variant: str) -> str:
-    """×rate, and against tuning.json's choice where one was given."""
+def rate_cell(rate: float | None, chosen: float | None, checked: bool) -> str:
+    """×rate, and against tuning.json's choice where one was given (checked)."""
     text = "—" if rate is None else f"×{rate:g}"
-    if not chosen:
+    if not checked:
         return text
-    if chosen.get(variant) is None:
+    if chosen is None:
         return f"{text} (none chosen yet)"
-    return (
-        f"{text} (chosen)" if chosen[variant] == rate else f"{text} (≠ chosen ×{chosen[variant]:g})"
-    )
+    return f"{text} (chosen)" if chosen == rate else f"{text} (≠ chosen ×{chosen:g})"
 
 
 def provenance_line(runs: list[dict], key: str, what: str) -> str:
@@ -99,6 +97,7 @@ def table3(
     out: Path,
     resamples: int,
     baseline: str = "sinusoidal",
+    rates: dict[str, float] | None = None,
     chosen: dict[str, float | None] | None = None,
 ) -> dict:
     """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
@@ -107,9 +106,10 @@ def table3(
     variant minus the baseline and every variant minus learned, paired by seed (BLEU and chrF,
     each column a family with Holm-adjusted p), with the effect 80% power detects; row (E) with
     its equivalence test and two-level bootstrap (``row_e``); the steps of every run; each
-    variant's learning rate and, given tuning.json's choices (chosen), whether it is the chosen.
+    variant's learning rate (rates, from ``rates_of``) and, given tuning.json's choices
+    (chosen), whether it is the chosen one.
     """
-    rates = rates_of(records)
+    rates = rates_of(records) if rates is None else rates
     runs = [r for r in records if r.condition == "all"]
     if not runs:
         return {}
@@ -255,8 +255,7 @@ def table3_markdown(result: dict) -> str:
         steps = ", ".join(sorted(set(map(str, row["steps_by_seed"].values()))))
         paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
         paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
-        choice = {row["variant"]: row.get("chosen_lr_scale")} if checked else {}
-        rate = rate_cell(row.get("lr_scale"), choice, row["variant"])
+        rate = rate_cell(row.get("lr_scale"), row.get("chosen_lr_scale"), checked)
         lines.append(
             f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} | {rate} "
             f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
@@ -401,7 +400,7 @@ def write_report(
         raise StudyError(
             f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
         )
-    rates_of(records)  # a variant at two rates is refused before anything is written
+    rates = rates_of(records)  # a variant at two rates is refused before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     missing = missing_runs(records, root)
@@ -412,7 +411,7 @@ def write_report(
             f"last step with the study's search {SEARCH} (`python scripts/study.py run` trains "
             f"or scores them): {', '.join(unscored)}"
         )
-    table = table3(records, out, resamples, chosen=chosen)
+    table = table3(records, out, resamples, rates=rates, chosen=chosen)
     concat = concat_table(records)
     write_json(out / "concat.json", concat)
     write_text(out / "concat.md", concat_markdown(concat))

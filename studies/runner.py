@@ -22,7 +22,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
-from common.errors import UserError
+from common.errors import UserError, first_line
 from studies.plan import (
     CONDITIONS,
     ROOT,
@@ -175,7 +175,7 @@ def check_launch(launcher: str, jobs: int, conditions, overrides: Sequence[str])
         try:
             compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
         except (HydraException, OmegaConfBaseException) as e:
-            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            message = first_line(e)
             raise StudyError(
                 f"the overrides after -- do not compose with experiment="
                 f"{CONDITIONS[condition]} ({message}): fix them"

@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
-from common.errors import UserError
+from common.errors import UserError, first_line
 from common.files import write_json, write_text
 from evaluation.compare import dev_ppl_curve
 from evaluation.plots import pyplot, save
@@ -309,7 +309,7 @@ def check_experiment(experiment: str | None) -> None:
     try:
         compose_config([f"experiment={experiment}", "run_dir=."])
     except (HydraException, OmegaConfBaseException) as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        message = first_line(e)
         raise TuningError(
             f"--experiment {experiment}: {message}; pass a configs/experiment/<name>"
         ) from e
@@ -321,7 +321,7 @@ def check_overrides(protocol: Protocol, variant: str) -> None:
     try:
         compose_config([*words, "run_dir=."])
     except (HydraException, OmegaConfBaseException) as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        message = first_line(e)
         raise TuningError(
             f"{' '.join([f'experiment={protocol.experiment_config}', *protocol.overrides])} "
             f"does not compose ({message}): fix --experiment or the overrides after --"

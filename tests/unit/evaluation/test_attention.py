@@ -40,8 +40,8 @@ def test_even_attention_gives_the_uniform_distance_with_padding_left_out():
     assert uniform_distance([3, 1], causal=True) == pytest.approx(decoder)
 
 
-def test_a_trained_like_model_has_heads_of_their_own_and_below_the_extremes():
-    """Random weights: heads differ, and no head looks farther than the farthest key."""
+def test_random_heads_differ_and_none_looks_past_the_farthest_key():
+    """Random weights: heads differ, and no head looks farther than the farthest key (3)."""
     model = model_of("alibi")
     distances = attention_distances(model, SRC, TGT, 1000, CPU)
     assert distances["encoder"].std() > 0
