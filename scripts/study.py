@@ -2,7 +2,7 @@
 
     python scripts/study.py run [--condition all joined short] [--variants V ...] [--seeds S ...]
         [--launcher basic|submitit_local|slurm] [--jobs N] [--root outputs/study]
-        [--records results/pe_study/runs]
+        [--records results/pe_study/runs] [--tuning results/pe_tuning/tuning.json]
         [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
         [--tuning results/pe_tuning/tuning.json]
@@ -17,7 +17,8 @@
 `run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ through
 `train.py --multirun` and Hydra's launcher (basic: one after the other; submitit_local: N at a
 time; slurm: a cluster), resumes unfinished runs, skips finished ones and those the record store
-holds, scores each run once here and keeps its record (no checkpoints) in the store (studies/).
+holds, scores each run once here and keeps its record (no checkpoints) in the store (studies/);
+with --tuning, each variant at the rate `tune` chose for it (refused where the choice is not final).
 `report` writes the tables, JSON and plots of every scored run.
 `tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
 (`--plan`: print the commands of the grid points not run yet) and `plateau` the step budget
@@ -70,6 +71,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=records_folder,
         default=RECORDS,
         help="record store: runs recorded there are skipped (default: results/pe_study/runs; none)",
+    )
+    run.add_argument(
+        "--tuning",
+        type=Path,
+        help="a tuning.json of `tune`: each variant at its chosen rate, with the grid's overrides",
     )
     run.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
     report = commands.add_parser("report", help="tables, JSON and plots of the scored runs")
@@ -151,6 +157,7 @@ def main(argv: list[str] | None = None):
             args.overrides,
             records=args.records,
             launcher=args.launcher or ("basic" if args.jobs == 1 else "submitit_local"),
+            tuning=args.tuning,
         )
     if args.command == "tune":
         protocol = Protocol(

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from common.files import read_json, write_json, write_text
+from common.files import write_json, write_text
 from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
 from evaluation.statistics import (
     add_holm,
@@ -25,6 +25,7 @@ from studies.cells import cell, interval, interval_cell, p_cell, power_cell, see
 from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
 from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
 from studies.records import StudyRecord, scored_runs, stored_config
+from studies.tuning import read_tuned_rates
 
 
 def rates_of(records: list[StudyRecord]) -> dict[str, float]:
@@ -51,9 +52,7 @@ def chosen_rates(tuning: Path | None) -> dict[str, float | None]:
     """Each variant's chosen optim.lr_scale in a tuning.json (`scripts/study.py tune`)."""
     if tuning is None:
         return {}
-    if not Path(tuning).is_file():
-        raise StudyError(f"--tuning {tuning}: no such file; pass a tuning.json of `study.py tune`")
-    return {v: t.get("chosen_lr_scale") for v, t in read_json(tuning)["variants"].items()}
+    return {v: c.lr_scale for v, c in read_tuned_rates(tuning).choices.items()}
 
 
 def rate_cell(rate: float | None, chosen: float | None, checked: bool) -> str:

@@ -14,15 +14,17 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.errors import HydraException
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
 from common.errors import UserError, first_line
+from runs.resume import setting_differences
 from studies.plan import (
     CONDITIONS,
     ROOT,
@@ -34,6 +36,7 @@ from studies.plan import (
 )
 from studies.records import StudyRecord, finished_metrics, keep_record, recorded
 from studies.scoring import score_job
+from studies.tuning import TunedRates, rate_text, read_tuned_rates
 
 LAUNCHERS = ("basic", "submitit_local", "slurm")
 # submitit_local's default limit is 60 minutes a job; a study run may take hours on a CPU
@@ -42,11 +45,12 @@ LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 
 @dataclass(frozen=True)
 class Sweep:
-    """One `train.py --multirun`: every variant x seed of one condition."""
+    """One `train.py --multirun`: every variant x seed of one condition (at one rate)."""
 
     condition: str
     variants: tuple[str, ...]
     seeds: tuple[int, ...]
+    lr_scale: float | None = None  # None: the configs' (or the overrides') rate
 
     @property
     def size(self) -> int:
@@ -58,31 +62,89 @@ def training_overrides(overrides: Sequence[str]) -> list[str]:
     return [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
 
 
+def rate_override(lr_scale: float | None) -> list[str]:
+    """The override of a tuned rate (none without one)."""
+    return [] if lr_scale is None else [f"optim.lr_scale={rate_text(lr_scale)}"]
+
+
+def setting(override: str) -> str:
+    """The config key an override sets (`+a.b=1` -> a.b)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def with_tuning(tuned: TunedRates, overrides: Sequence[str]) -> list[str]:
+    """The grid's overrides, then the user's (which replace a grid's override of one key); the
+    rate is tuning.json's, not an override's."""
+    for override in overrides:
+        if setting(override) == "optim.lr_scale":
+            raise StudyError(
+                f"{override} with --tuning: each variant trains at the rate {tuned.path} chose "
+                "for it; drop the override"
+            )
+    mine = {setting(o) for o in overrides}
+    return [*(o for o in tuned.overrides if setting(o) not in mine), *overrides]
+
+
+def check_tuned_configuration(tuned: TunedRates, conditions, training: Sequence[str]) -> None:
+    """Refuse overrides that change what the grid tuned: only settings that keep the math (the
+    step budget, evaluations, files, device: runs.resume's KEEP_THE_MATH) may differ."""
+    for condition in conditions:
+        base = [f"experiment={CONDITIONS[condition]}", "run_dir=."]
+        grid, final = (
+            OmegaConf.to_container(compose_config([*base, *words]), resolve=True)
+            for words in (tuned.overrides, training)
+        )
+        refused, _ = setting_differences(grid, final)
+        if refused:
+            raise StudyError(
+                f"the overrides after -- change what {tuned.path} tuned ({'; '.join(refused)}): "
+                "drop them, or tune with them"
+            )
+
+
+def tuned_rates(tuned: TunedRates | None, planned: Sequence[Job]) -> dict[str, float]:
+    """Each planned variant's rate chosen in a tuning.json (none without one), refused where it
+    tuned another experiment than the study's or its choice is not final."""
+    if tuned is None:
+        return {}
+    if tuned.experiment not in CONDITIONS.values():
+        raise StudyError(
+            f"{tuned.path} tuned experiment={tuned.experiment}, not one of the study's "
+            "conditions: pass a tuning.json of `study.py tune --condition ...`"
+        )
+    return {v: tuned.final_rate(v) for v in dict.fromkeys(j.variant for j in planned)}
+
+
 def chunks(values: Sequence, size: int) -> list[tuple]:
     """values in consecutive tuples of at most size."""
     return [tuple(values[i : i + size]) for i in range(0, len(values), size)]
 
 
-def sweeps(jobs: Sequence[Job], at_once: int | None) -> list[Sweep]:
-    """The sweeps that train jobs: per condition, the variants needing the same seeds together;
-    at_once: at most that many runs a sweep (submitit_local starts a sweep's runs all at once)."""
+def sweeps(
+    jobs: Sequence[Job], at_once: int | None, rates: Mapping[str, float] | None = None
+) -> list[Sweep]:
+    """The sweeps that train jobs: per condition (and tuned rate), the variants needing the same
+    seeds together; at_once: at most that many runs a sweep (submitit_local starts a sweep's
+    runs all at once); rates: each variant's tuned rate (a sweep trains at one)."""
+    rates = rates or {}
     seeds: dict[tuple[str, str], list[int]] = {}
     for job in jobs:
         seeds.setdefault((job.condition, job.variant), []).append(job.seed)
-    groups: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    groups: dict[tuple[str, tuple[int, ...], float | None], list[str]] = {}
     for (condition, variant), its_seeds in seeds.items():
-        groups.setdefault((condition, tuple(its_seeds)), []).append(variant)
+        key = (condition, tuple(its_seeds), rates.get(variant))
+        groups.setdefault(key, []).append(variant)
     result = []
-    for (condition, its_seeds), variants in groups.items():
-        whole = Sweep(condition, tuple(variants), its_seeds)
+    for (condition, its_seeds, rate), variants in groups.items():
+        whole = Sweep(condition, tuple(variants), its_seeds, rate)
         if at_once is None or whole.size <= at_once:
             result.append(whole)
         elif len(its_seeds) <= at_once:
             size = at_once // len(its_seeds)
-            result += [Sweep(condition, part, its_seeds) for part in chunks(variants, size)]
+            result += [Sweep(condition, part, its_seeds, rate) for part in chunks(variants, size)]
         else:
             result += [
-                Sweep(condition, (variant,), part)
+                Sweep(condition, (variant,), part, rate)
                 for variant in variants
                 for part in chunks(its_seeds, at_once)
             ]
@@ -110,6 +172,7 @@ def sweep_command(
         f"hydra.sweep.dir={root / sweep.condition}",
         "hydra.sweep.subdir=${hydra.runtime.choices.position}/seed-${seed}",
         *overrides,
+        *rate_override(sweep.lr_scale),
     ]
 
 
@@ -122,16 +185,22 @@ def launch(sweep: Sweep, root: Path, launcher: str, jobs: int, overrides, say) -
 
 
 def triage(
-    planned: list[Job], records: Path | None, overrides: Sequence[str], say
+    planned: list[Job],
+    records: Path | None,
+    overrides: Sequence[str],
+    say,
+    rates: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, StudyRecord], list[Job], list[Job]]:
-    """The store's records of planned jobs; the jobs finished here before; the jobs to train.
+    """The store's records of planned jobs; the jobs finished here before; the jobs to train
+    (rates: each variant's tuned rate, part of the settings a record must have been trained at).
 
     A record older than the buckets' length ratios whose run finished here is scored again (from
     the run's kept translations: no search runs); without its run folder it stays as it is.
     """
     stored, finished, to_train = {}, [], []
     for job in planned:
-        record = recorded(job, records, overrides) if records is not None else None
+        settings = [*overrides, *rate_override((rates or {}).get(job.variant))]
+        record = recorded(job, records, settings) if records is not None else None
         finished_here = finished_metrics(job.run_dir) is not None
         if record is not None and (record.has_bucket_lengths or not finished_here):
             say(f"  {job.label}: recorded in {records}, not trained again")
@@ -192,21 +261,33 @@ def run_study(
     echo: Callable[[str], None] = print,
     records: Path | None = None,
     launcher: str = "basic",
+    tuning: Path | None = None,
 ) -> list[StudyRecord]:
     """Train (through Hydra's launcher), resume or skip, then score every planned run.
 
     records: the record store (None: none); a run recorded there is skipped, a run scored here
-    is recorded there. A run that fails is named at the end (StudyError) after the others.
+    is recorded there. tuning: a tuning.json of `study.py tune`: each variant trains at its
+    chosen rate, with the grid's overrides. A run that fails is named at the end (StudyError)
+    after the others.
     """
-    root, training = Path(root).absolute(), training_overrides(overrides)
+    root = Path(root).absolute()
     records = None if records is None else Path(records).absolute()
     planned = planned_jobs(root, conditions, variants, seeds)
+    tuned = None if tuning is None else read_tuned_rates(tuning)
+    rates = tuned_rates(tuned, planned)
+    overrides = list(overrides) if tuned is None else with_tuning(tuned, overrides)
+    training = training_overrides(overrides)
     check_launch(launcher, jobs, conditions, training)
+    if tuned is not None:
+        check_tuned_configuration(tuned, conditions, training)
     kept = "" if records is None else f", records kept in {records}"
     echo(f"study: {len(planned)} runs in {root}{kept}")
-    done, finished, to_train = triage(planned, records, training, echo)
+    if tuned is not None:
+        chosen = ", ".join(f"{v} ×{r:g}" for v, r in rates.items())
+        echo(f"study: each variant at its rate chosen on dev in {tuned.path}: {chosen}")
+    done, finished, to_train = triage(planned, records, training, echo, rates)
     at_once = int(jobs) if launcher == "submitit_local" else None
-    for sweep in sweeps(to_train, at_once):
+    for sweep in sweeps(to_train, at_once, rates):
         if (status := launch(sweep, root, launcher, int(jobs), overrides, echo)) != 0:
             echo(f"study: that sweep ended with exit status {status} (its output is above)")
     max_words, failures = condition_max_words("short"), []

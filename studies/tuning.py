@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
 from common.errors import UserError, first_line
-from common.files import write_json, write_text
+from common.files import read_json, write_json, write_text
 from evaluation.compare import dev_ppl_curve
 from evaluation.plots import pyplot, save
 from runs.resume import setting_differences
@@ -472,6 +472,72 @@ def tuning_json(
         "commands": plan_commands(missing, protocol, runs, stores),
         "unfinished": list(unfinished),
     }
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A variant's rate in a tuning.json: the chosen one (None: none yet), final or not."""
+
+    variant: str
+    lr_scale: float | None
+    complete: bool  # every grid point (and the one past an edge) ran: the choice is final
+    missing: tuple[str, ...]  # "x<rate> seed <s>" of the grid points without a run
+
+
+@dataclass(frozen=True)
+class TunedRates:
+    """A tuning.json as the runs it chose for read it: the grid's configuration and choices."""
+
+    path: Path
+    experiment: str  # configs/experiment/<name> every grid run composed
+    overrides: tuple[str, ...]  # the grid's Hydra overrides (besides rate and seed)
+    max_steps: tuple[int, ...]  # the grid runs' budgets
+    choices: dict[str, Choice]
+
+    def final_rate(self, variant: str) -> float:
+        """The variant's chosen rate, refused where the grid has no final choice for it."""
+        choice = self.choices.get(variant)
+        if choice is None:
+            raise TuningError(
+                f"{self.path} tuned no rate for {variant} (it tuned {', '.join(self.choices)}): "
+                f"add {variant} to the grid (study.py tune --variants {variant} --plan)"
+            )
+        if not choice.complete or choice.lr_scale is None:
+            chosen = "none yet" if choice.lr_scale is None else f"×{choice.lr_scale:g} so far"
+            raise TuningError(
+                f"{variant}'s rate in {self.path} is not final ({chosen}; grid points without a "
+                f"run: {', '.join(choice.missing) or 'none'}): train them (study.py tune --plan) "
+                "and tune again"
+            )
+        return choice.lr_scale
+
+
+def read_tuned_rates(path: Path) -> TunedRates:
+    """A tuning.json written by `tune`, typed; a missing or foreign file is one TuningError."""
+    path = Path(path)
+    if not path.is_file():
+        raise TuningError(f"{path}: no such file; pass a tuning.json of `study.py tune`")
+    result = read_json(path)
+    try:
+        missing = {}
+        for m in result["missing"]:
+            missing.setdefault(m["variant"], []).append(f"×{m['lr_scale']:g} seed {m['seed']}")
+        choices = {
+            v: Choice(v, t["chosen_lr_scale"], t["complete"], tuple(missing.get(v, ())))
+            for v, t in result["variants"].items()
+        }
+        return TunedRates(
+            path,
+            result["experiment"],
+            tuple(result["overrides"]),
+            tuple(result["max_steps"]),
+            choices,
+        )
+    except (KeyError, TypeError, AttributeError) as e:
+        raise TuningError(
+            f"{path} is not a tuning.json of `study.py tune` (missing or malformed: {e}): "
+            "write it with tune"
+        ) from e
 
 
 def ppl_cell(value: float | None) -> str:

@@ -3,12 +3,14 @@
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
+from common.errors import UserError
 from data.corpus import load_split
 from runs.device import machine_description
 from runs.record import code_version
@@ -16,6 +18,7 @@ from studies.plan import KS, POOLED, SEARCH, STUDY_FILE, StudyError
 from studies.records import StudyRecord, scored_runs
 from studies.report import write_report
 from studies.runner import run_study
+from studies.tuning import Protocol, tune
 from tests.conftest import script_main
 
 N_EVAL = 61  # sentences in the toy validation and test splits: 61 % k leaves 1 line for k > 1
@@ -329,13 +332,42 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     )
 
 
+def grid_point(run, store, rate: float, seed: int, dev_ppl: float) -> None:
+    """A copy of a finished run in <store>/all/<variant>/seed-<seed>, its config saying it
+    trained at optim.lr_scale=rate with that seed, its last dev PPL dev_ppl: what tune reads."""
+    copy = store / "all" / run.parent.name / f"seed-{seed}"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints"))
+    config = OmegaConf.load(copy / ".hydra" / "config.yaml")
+    config.optim.lr_scale, config.seed = rate, seed
+    OmegaConf.save(config, copy / ".hydra" / "config.yaml")
+    metrics = json.loads((copy / "metrics.json").read_text())
+    (copy / "metrics.json").write_text(json.dumps(metrics | {"dev_ppl": dev_ppl}))
+
+
+def made_tuning(root, overrides, shifts: dict, out) -> Path:
+    """tune's tuning.json over a grid made of the study's seed-1 runs: shifts[variant][rate] is
+    the dev PPL of that rate (seeds 1 and 2) minus the seed-1 run's."""
+    for variant, points in shifts.items():
+        run = root / "all" / variant / "seed-1"
+        ppl = json.loads((run / "metrics.json").read_text())["dev_ppl"]
+        for point, shift in points.items():
+            for seed in (1, 2):
+                grid_point(run, out / "grid" / f"lr{point}", point, seed, ppl + shift)
+    rates = sorted({point for points in shifts.values() for point in points})
+    protocol = Protocol(overrides=tuple(overrides), variants=tuple(shifts), rates=tuple(rates))
+    tune(sorted((out / "grid").iterdir()), protocol, out, echo=lambda _: None)
+    return out / "tuning.json"
+
+
 def test_report_shows_each_variants_rate_and_refuses_one_variant_at_two(study, tmp_path):
     """The rate column against tune's choice; seeds of one variant at two rates never pooled."""
-    root, _, _, _ = study
+    root, overrides, _, _ = study
     rate = OmegaConf.load(root / "all/learned/seed-1/.hydra/config.yaml").optim.lr_scale
-    tuning = tmp_path / "tuning.json"
-    chosen = {"learned": {"chosen_lr_scale": rate}, "sinusoidal": {"chosen_lr_scale": rate / 2}}
-    tuning.write_text(json.dumps({"variants": chosen}))
+    shifts = {
+        "learned": {rate / 2: 1.0, rate: 0.0, rate * 2: 1.0},
+        "sinusoidal": {rate / 2: -1.0, rate: 0.0, rate * 2: 1.0},
+    }
+    tuning = made_tuning(root, overrides, shifts, tmp_path / "tuning")
     out = tmp_path / "report"
     report = write_report(root, out, resamples=0, echo=lambda _: None, tuning=tuning)
     rows = {row["variant"]: row for row in report["table3"]["variants"]}
@@ -353,6 +385,35 @@ def test_report_shows_each_variants_rate_and_refuses_one_variant_at_two(study, t
     with pytest.raises(StudyError, match=r"learned is trained at 2 learning rates in one store"):
         write_report(copy, tmp_path / "mixed", resamples=0, echo=lambda _: None)
     assert not (tmp_path / "mixed").exists()
+
+
+def test_run_with_tuning_trains_each_variant_at_its_chosen_rate(study, tmp_path):
+    """`run --tuning`: the variant trains at the rate tune chose (half the configs' here), with
+    the grid's overrides, only the budget changed; a rate not final, an override of the rate or
+    of a tuned setting are refused before anything is written."""
+    root, overrides, _, _ = study
+    rate = OmegaConf.load(root / "all/sinusoidal/seed-1/.hydra/config.yaml").optim.lr_scale
+    shifts = {"sinusoidal": {rate / 4: 5.0, rate / 2: -1.0, rate: 0.0}}  # half: lowest, interior
+    tuning = made_tuning(root, overrides, shifts, tmp_path / "tuning")
+    final, store = tmp_path / "final", tmp_path / "store"
+    for variant, extra, message in (
+        ("learned", [], r"tuning.json tuned no rate for learned"),
+        ("sinusoidal", ["optim.lr_scale=1.0"], r"optim.lr_scale=1.0 with --tuning"),
+        ("sinusoidal", ["data.vocab_size=300"], r"change what .* \(data.vocab_size: 400 -> 300\)"),
+    ):
+        with pytest.raises(UserError, match=message):
+            run_study(final, ["all"], [variant], [2], 1, extra, print, store, tuning=tuning)
+    assert not final.exists() and not store.exists()
+    lines = []
+    budget = ["trainer.max_steps=30"]
+    (record,) = run_study(
+        final, ["all"], ["sinusoidal"], [2], 1, budget, lines.append, store, tuning=tuning
+    )
+    config = OmegaConf.load(final / "all" / "sinusoidal" / "seed-2" / ".hydra" / "config.yaml")
+    assert config.optim.lr_scale == rate / 2 and config.data.vocab_size == 400
+    assert (config.trainer.max_steps, record.step) == (30, 30)
+    assert f"rate chosen on dev in {tuning}: sinusoidal ×{rate / 2:g}" in lines[1]
+    assert (store / "all" / "sinusoidal" / "seed-2" / STUDY_FILE).is_file()
 
 
 def test_bad_input_is_one_line_and_launches_nothing(tmp_path, capsys):

@@ -99,3 +99,20 @@ def test_a_sweep_writes_each_run_where_the_plan_puts_it(tmp_path):
         assert item in command
     assert command[-2:] == overrides
     assert training_overrides(overrides) == ["cache_dir=/c"]
+
+
+def test_variants_at_different_tuned_rates_train_in_different_sweeps(tmp_path):
+    """A sweep trains at one rate: the variants tune chose one rate for share a sweep, whose
+    command ends with that rate; every run is still in exactly one sweep."""
+    jobs = planned_jobs(tmp_path, ["all"], ["sinusoidal", "learned", "rope"], [1, 2])
+    rates = {"sinusoidal": 0.5, "learned": 0.5, "rope": 1.0}
+    found = sweeps(jobs, None, rates)
+    assert sorted((s.lr_scale, s.variants) for s in found) == [
+        (0.5, ("learned", "sinusoidal")),
+        (1.0, ("rope",)),
+    ]
+    for sweep in found:
+        command = sweep_command(sweep, tmp_path, "basic", 1, ["trainer.max_steps=8000"])
+        assert command[-2:] == ["trainer.max_steps=8000", f"optim.lr_scale={sweep.lr_scale!r}"]
+    assert sum(s.size for s in sweeps(jobs, 1, rates)) == len(jobs)
+    assert all(len({rates[v] for v in s.variants}) == 1 for s in sweeps(jobs, 2, rates))

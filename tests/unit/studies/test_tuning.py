@@ -23,6 +23,7 @@ from studies.tuning import (
     plateau_step,
     read_curve,
     read_grid_run,
+    read_tuned_rates,
     step_budget,
     tune,
 )
@@ -130,6 +131,34 @@ def test_a_full_grid_of_records_with_a_diverged_run(tmp_path, caplog):
     markdown = (tmp_path / "out" / "tuning.md").read_text()
     assert "inf (diverged)" in markdown and "| sinusoidal | 0.5 |" in markdown
     assert markdown.count("**chosen**") == 1 and "chosen so far" not in markdown
+
+
+def test_a_tuning_json_reads_back_typed_and_gives_only_a_final_rate(tmp_path):
+    """What `run --tuning` reads: a full grid's interior choice; an edge, a variant the grid
+    never tuned and a file tune did not write are refused in one line naming what to do."""
+    store = tmp_path / "store"
+    ppls = {0.25: (15.0, 15.4), 0.5: (11.0, 11.5), 1.0: (10.9, 11.8), 2.0: (12.0, 12.5)}
+    for rate, (first, second) in ppls.items():
+        copy_record(1, store / f"lr{rate}", rate, first)
+        copy_record(2, store / f"lr{rate}", rate, second)
+    full = Protocol(variants=("sinusoidal",), overrides=("trainer.eval_every=500",))
+    tune(sorted(store.iterdir()), full, tmp_path / "full", echo=lambda _: None)
+    tuned = read_tuned_rates(tmp_path / "full" / "tuning.json")
+    assert (tuned.experiment, tuned.overrides) == ("pe_study_multi30k", ("trainer.eval_every=500",))
+    assert tuned.final_rate("sinusoidal") == 0.5 and tuned.choices["sinusoidal"].missing == ()
+    with pytest.raises(TuningError, match=r"tuned no rate for rope \(it tuned sinusoidal\)"):
+        tuned.final_rate("rope")
+    edge = Protocol(variants=("sinusoidal",), rates=(0.5, 1.0, 2.0))
+    tune([store / "lr0.5", store / "lr1.0", store / "lr2.0"], edge, tmp_path / "edge", print)
+    with pytest.raises(TuningError, match=r"not final \(×0.5 so far; .*×0.25 seed 1, ×0.25 seed"):
+        read_tuned_rates(tmp_path / "edge" / "tuning.json").final_rate("sinusoidal")
+    (tmp_path / "foreign.json").write_text(json.dumps({"variants": {}}))
+    with pytest.raises(
+        TuningError, match=r"foreign.json is not a tuning.json .*malformed: 'missing'"
+    ):
+        read_tuned_rates(tmp_path / "foreign.json")
+    with pytest.raises(TuningError, match=r"nowhere.json: no such file"):
+        read_tuned_rates(tmp_path / "nowhere.json")
 
 
 @pytest.mark.parametrize(
