@@ -9,6 +9,9 @@ study would train now is refused, each setting named, rather than mixed in.
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -18,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.configs import compose_config
 from common.files import read_json, write_json
+from data.corpus import loads_multi30k
 from runs.record import read_segments
-from runs.resume import setting_differences
+from runs.resume import KEEP_THE_MATH, flatten, setting_differences
 from studies.plan import (
     CONDITIONS,
     RECORD_FILES,
@@ -32,6 +36,9 @@ from studies.plan import (
     train_overrides,
 )
 
+# where a run's files went: not part of the command that trains it again
+PATH_KEYS = ("run_dir", "cache_dir")
+ABSENT = object()
 REQUIRED = ("condition", "variant", "seed", "step", "test", "concat", "by_bucket")
 
 
@@ -182,6 +189,60 @@ def recorded(job: Job, records: Path, overrides: Sequence[str]) -> StudyRecord |
             f"({'; '.join(changed)}): restore them, or delete that record to train the run again"
         )
     return record
+
+
+def override_value(value) -> str:
+    """A config value as a Hydra override writes it: bare where the grammar reads it back as
+    the same value, else quoted (strings) or in JSON's list/number/null form."""
+    if isinstance(value, str):
+        bare = re.fullmatch(r"[A-Za-z_][\w./-]*", value) and value.lower() not in {
+            "true",
+            "false",
+            "null",
+            "nan",
+            "inf",
+        }
+        return value if bare else "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return json.dumps(value)
+
+
+def kept_out(key: str, new, both_multi30k: bool) -> bool:
+    """Whether a setting stays out of a retrain command: where files went; Multi30k's source
+    where then and now both load it (the same pairs: runs.resume); a setting that keeps the
+    math and did not exist then (today's default is what the run had in effect)."""
+
+    def under(prefixes: Sequence[str]) -> bool:
+        return any(key == k or key.startswith(f"{k}.") for k in prefixes)
+
+    return (
+        under(PATH_KEYS)
+        or (both_multi30k and under(("data.path", "data.corpus")))
+        or (new is ABSENT and under(KEEP_THE_MATH))
+    )
+
+
+def retrain_command(record: StudyRecord) -> str:
+    """`python train.py ...` that trains a recorded run again: its condition's experiment, its
+    position and seed, then each setting of its .hydra/config.yaml these compose to otherwise
+    (kept_out: paths, Multi30k's source, new settings that keep the math)."""
+    words = [
+        f"experiment={CONDITIONS[record.condition]}",
+        f"position={record.variant}",
+        f"seed={record.seed}",
+    ]
+    now = OmegaConf.to_container(compose_config([*words, "run_dir=."]), resolve=True)
+    then = OmegaConf.to_container(stored_config(Path(record.run_dir)), resolve=True)
+    multi30k = loads_multi30k(now.get("data")) and loads_multi30k(then.get("data"))
+    now, then = flatten(now), flatten(then)
+    for key in sorted(set(now) | set(then)):
+        old, new = now.get(key, ABSENT), then.get(key, ABSENT)
+        if old == new or kept_out(key, new, multi30k):
+            continue
+        if new is ABSENT:
+            words.append(f"~{key}")
+        else:
+            words.append(f"{'+' if old is ABSENT else ''}{key}={override_value(new)}")
+    return shlex.join(["python", "train.py", *words])
 
 
 def keep_record(run_dir: Path, record_dir: Path) -> None:

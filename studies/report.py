@@ -24,7 +24,7 @@ from studies.buckets import bucket_markdown, bucket_table, plot_bucket_ratio
 from studies.cells import cell, interval, interval_cell, p_cell, power_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
 from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
-from studies.records import StudyRecord, scored_runs, stored_config
+from studies.records import StudyRecord, retrain_command, scored_runs, stored_config
 from studies.tuning import read_tuned_rates
 
 
@@ -424,7 +424,7 @@ def write_report(
         "runs": [
             {k: getattr(r, k) for k in ("condition", "variant", "seed", "step", "dev_ppl")}
             | {"wall_seconds": r.wall_seconds, "bleu": r.test.bleu, "chrf": r.test.chrf}
-            | {"hardware": r.hardware, "code": r.code}
+            | {"hardware": r.hardware, "code": r.code, "command": retrain_command(r)}
             for r in records
         ],
         "unscored": unscored,
@@ -445,6 +445,12 @@ def write_report(
         provenance_line(runs["runs"], "hardware", "on")
         + " One seed on two machines agrees only up to float32 rounding, then drifts apart.",
         provenance_line(runs["runs"], "code", "with"),
+        "",
+        "Each run's `train.py` command, which composes to the config it trained with (paths "
+        "and Multi30k's source aside), is its `command` in runs.json; e.g. "
+        f"`{runs['runs'][0]['command']}`."
+        if runs["runs"]
+        else "",
     ]
     write_text(out / "README.md", "\n".join(lines) + "\n")
     if table:

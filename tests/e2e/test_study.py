@@ -2,6 +2,7 @@
 
 import json
 import math
+import shlex
 import shutil
 from pathlib import Path
 
@@ -10,12 +11,13 @@ import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
+from common.configs import compose_config
 from common.errors import UserError
 from data.corpus import load_split
 from runs.device import machine_description
 from runs.record import code_version
 from studies.plan import KS, POOLED, SEARCH, STUDY_FILE, StudyError
-from studies.records import StudyRecord, scored_runs
+from studies.records import StudyRecord, scored_runs, stored_config
 from studies.report import write_report
 from studies.runner import run_study
 from studies.tuning import Protocol, tune
@@ -321,6 +323,14 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     assert "all/sinusoidal/seed-2" in report["missing"]
     assert "short/learned/seed-1" in report["missing"]
     assert "Pictures of trained runs: not made yet" in readme
+    for run in report["runs"]:  # the toy corpus and tiny model: settings added and removed
+        again = compose_config([*shlex.split(run["command"])[2:], "run_dir=."])
+        trained = stored_config(root / run["condition"] / run["variant"] / f"seed-{run['seed']}")
+        again.run_dir = trained.run_dir
+        again.cache_dir = trained.cache_dir
+        assert OmegaConf.to_container(again) == OmegaConf.to_container(trained), run["command"]
+    assert "~data.corpus.path" in report["runs"][0]["command"]
+    assert f"e.g. `{report['runs'][0]['command']}`" in readme
     runs = [str(root / "all" / v / "seed-1") for v in VARIANTS]
     script_main("study")(["pictures", "--runs", *runs, "--out", str(out)])
     pictured = json.loads((out / "pictures.json").read_text())["runs"]

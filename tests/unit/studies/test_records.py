@@ -1,11 +1,22 @@
 """A scored run's record (study.json) as a typed dataclass, and the committed record stores."""
 
 import json
+import shlex
+from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from common.configs import compose_config
+from runs.resume import flatten
 from studies.plan import RECORDS, STUDY_FILE, Job
-from studies.records import StudyRecord, record_mismatch, scored_runs
+from studies.records import (
+    StudyRecord,
+    record_mismatch,
+    retrain_command,
+    scored_runs,
+    stored_config,
+)
 from tests.conftest import ROOT
 
 STORES = sorted((ROOT / "results").glob("pe_study*/runs"))
@@ -63,3 +74,37 @@ def test_a_committed_record_on_the_text_folder_still_counts_with_multi30k_from_t
     assert record_mismatch(Job("all", "learned", 2, record), record, overrides) == []
     changed = record_mismatch(Job("all", "learned", 2, record), record, ["data.max_len=64"])
     assert changed == ["data.max_len: 256 -> 64"]
+
+
+def flat_config(config) -> dict:
+    """A config's settings, flattened and resolved."""
+    return flatten(OmegaConf.to_container(config, resolve=True))
+
+
+def composes_to_its_config(record: StudyRecord, multi30k: bool) -> None:
+    """The record's retrain command composes to the config it trained with, setting by setting:
+    every one but where files went, Multi30k's source (multi30k) and settings added since."""
+    words = shlex.split(retrain_command(record))
+    assert words[:2] == ["python", "train.py"]
+    again = flat_config(compose_config([*words[2:], "run_dir=."]))
+    then = flat_config(stored_config(Path(record.run_dir)))
+    paths = ("run_dir", "cache_dir", *(("data.path", "data.corpus") if multi30k else ()))
+    for key in set(again) | set(then):
+        if key.startswith(paths) or key not in then:
+            continue
+        assert again.get(key, "<absent>") == then[key], (record.label, key)
+
+
+def test_each_committed_record_s_retrain_command_composes_to_its_config():
+    """Old records (the data files of an earlier config, settings since added) and new ones
+    (a tuned rate and the final budget): the command names what differs from today's configs."""
+    final = scored_runs(ROOT / "results" / "pe_study_final" / "runs")[0]
+    study = scored_runs(RECORDS)[0]
+    assert final and {r.condition for r in study} == {"all", "short", "joined"}
+    for record in [*final, *study[::7]]:
+        composes_to_its_config(record, multi30k=True)
+    command = retrain_command(final[0])
+    assert command.endswith(f"seed={final[0].seed} optim.lr_scale=0.5 trainer.max_steps=8000")
+    assert retrain_command(study[0]) == (
+        "python train.py experiment=pe_study_multi30k position=alibi seed=1"
+    )
