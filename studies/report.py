@@ -27,6 +27,8 @@ from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, pla
 from studies.records import StudyRecord, retrain_command, scored_runs, stored_config
 from studies.tuning import read_tuned_rates
 
+NOTE_FILE = "NOTE.md"  # a report folder's note by hand, quoted atop its README
+
 
 def rates_of(records: list[StudyRecord]) -> dict[str, float]:
     """Each variant's optim.lr_scale in the all-lengths runs; a variant at two rates is refused
@@ -369,6 +371,16 @@ def missing_runs(records: list[StudyRecord], root: Path) -> list[str]:
     ]
 
 
+def note_lines(out: Path) -> list[str]:
+    """The README's opening note: NOTE.md of the report folder (written by hand, e.g. why a
+    study was superseded; the report never writes it), quoted whole."""
+    path = out / NOTE_FILE
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8").strip()
+    return [*(f"> {line}".rstrip() for line in text.splitlines()), ""]
+
+
 def pictures_line(out: Path) -> str:
     """The README's line on the pictures of trained runs (made apart: they need the weights)."""
     if (out / "pictures.md").is_file():
@@ -434,6 +446,7 @@ def write_report(
     lines = [
         f"# The position-encoding study: {len(records)} scored runs",
         "",
+        *note_lines(out),
         "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
         "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
         "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",

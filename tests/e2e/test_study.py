@@ -335,11 +335,12 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
     script_main("study")(["pictures", "--runs", *runs, "--out", str(out)])
     pictured = json.loads((out / "pictures.json").read_text())["runs"]
     assert [(r["variant"], r["step"]) for r in pictured] == [("sinusoidal", 20), ("learned", 20)]
+    (out / "NOTE.md").write_text("**Superseded** by\nanother study.\n")  # by hand, kept
     write_report(root, out, resamples=0, echo=lambda _: None)
-    assert (
-        "[What the trained models do with positions](pictures.md)"
-        in (out / "README.md").read_text()
-    )
+    readme = (out / "README.md").read_text()
+    assert "[What the trained models do with positions](pictures.md)" in readme
+    assert readme.split("\n")[2:5] == ["> **Superseded** by", "> another study.", ""]
+    assert (out / "NOTE.md").read_text() == "**Superseded** by\nanother study.\n"
 
 
 def grid_point(run, store, rate: float, seed: int, dev_ppl: float) -> None:
