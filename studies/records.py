@@ -245,6 +245,50 @@ def retrain_command(record: StudyRecord) -> str:
     return shlex.join(["python", "train.py", *words])
 
 
+def training_settings(record: StudyRecord) -> dict:
+    """A record's resolved training config without its seed and rate (what one configuration's
+    runs share; the rate is the report's own check, per variant)."""
+    config = OmegaConf.to_container(stored_config(Path(record.run_dir)), resolve=True)
+    config.pop("seed", None)
+    config.get("optim", {}).pop("lr_scale", None)
+    return config
+
+
+def check_one_configuration(records: Sequence[StudyRecord]) -> None:
+    """Refuse runs of one condition trained with other settings (runs.resume's refused
+    differences): within a variant anything but the seed and rate; between variants anything
+    but position.* and the rate. A report compares seeds of one configuration, never a mix."""
+    firsts: dict[tuple[str, str | None], tuple[str, dict]] = {}
+    for record in records:
+        settings = training_settings(record)
+        shared = {k: v for k, v in settings.items() if k != "position"}
+        for key, mine, whose in (
+            ((record.condition, record.variant), settings, f"{record.variant}'s"),
+            ((record.condition, None), shared, f"the {record.condition}"),
+        ):
+            label, first = firsts.setdefault(key, (record.label, mine))
+            refused, _ = setting_differences(first, mine)
+            if refused:
+                raise StudyError(
+                    f"{whose} runs were trained with other settings ({record.label} against "
+                    f"{label}: {'; '.join(refused)}): a report compares runs of one "
+                    "configuration; keep the others in another store"
+                )
+
+
+def position_settings(record: StudyRecord) -> list[str]:
+    """'key=value' of each position.* setting a run trained with that its variant's yaml does
+    not set so (SHAPE's K chosen on dev, e.g.)."""
+    default = compose_config([f"position={record.variant}", "run_dir=."]).position
+    trained = training_settings(record).get("position", {})
+    now = flatten(OmegaConf.to_container(default, resolve=True))
+    return [
+        f"{key}={override_value(value)}"
+        for key, value in sorted(flatten(trained).items())
+        if now.get(key, ABSENT) != value
+    ]
+
+
 def keep_record(run_dir: Path, record_dir: Path) -> None:
     """Copy what the report reads of a scored run (RECORD_FILES, RECORD_FOLDERS) to record_dir."""
     if run_dir.resolve() == record_dir.resolve():

@@ -24,7 +24,14 @@ from studies.buckets import bucket_markdown, bucket_table, plot_bucket_ratio
 from studies.cells import cell, interval, interval_cell, p_cell, power_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
 from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
-from studies.records import StudyRecord, retrain_command, scored_runs, stored_config
+from studies.records import (
+    StudyRecord,
+    check_one_configuration,
+    position_settings,
+    retrain_command,
+    scored_runs,
+    stored_config,
+)
 from studies.tuning import read_tuned_rates
 
 NOTE_FILE = "NOTE.md"  # a report folder's note by hand, quoted atop its README
@@ -134,6 +141,7 @@ def table3(
         }
         row["steps_by_seed"] = {str(r.seed): r.step for r in mine}
         row["lr_scale"] = rates.get(row["variant"])
+        row["position_settings"] = position_settings(mine[0]) if mine else []
         row["chosen_lr_scale"] = (chosen or {}).get(row["variant"])
     base = by_variant.get(baseline, [])
     for diff in result["differences"]:
@@ -257,8 +265,10 @@ def table3_markdown(result: dict) -> str:
         paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
         paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
         rate = rate_cell(row.get("lr_scale"), row.get("chosen_lr_scale"), checked)
+        settings = ", ".join(row.get("position_settings", []))
+        variant = f"{row['variant']} ({settings})" if settings else row["variant"]
         lines.append(
-            f"| {row['variant']} | {', '.join(map(str, row['seeds']))} | {steps} | {rate} "
+            f"| {variant} | {', '.join(map(str, row['seeds']))} | {steps} | {rate} "
             f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
             f"| {cell(iv['tok_bleu'])} | {paper_ppl} | {paper_bleu} |"
         )
@@ -266,7 +276,9 @@ def table3_markdown(result: dict) -> str:
         "",
         "mean ± std over seeds [95% t-interval of the mean]; dev PPL per subword at the last "
         "step; lr: optim.lr_scale (×1 = the paper's schedule), against the rate `study.py tune` "
-        f"chose on dev where its tuning.json was given (--tuning). {result['paper_note']}",
+        "chose on dev where its tuning.json was given (--tuning); in brackets after a variant, "
+        "the position settings its runs trained with other than configs/position's (SHAPE's "
+        f"K: max_shift). {result['paper_note']}",
     ]
     families = [(result["baseline"], result["differences"], True)]
     families.append((ROW_E[1], result.get("differences_to_learned", []), False))
@@ -412,6 +424,7 @@ def write_report(
             f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
         )
     rates = rates_of(records)  # a variant at two rates is refused before anything is written
+    check_one_configuration(records)  # as is a store of runs trained with other settings
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     missing = missing_runs(records, root)

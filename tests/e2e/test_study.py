@@ -370,8 +370,16 @@ def made_tuning(root, overrides, shifts: dict, out) -> Path:
     return out / "tuning.json"
 
 
+def edit_config(run, old: str, new: str) -> None:
+    """Make a run's .hydra/config.yaml say it trained with new where it says old."""
+    config = run / ".hydra" / "config.yaml"
+    assert old in config.read_text()
+    config.write_text(config.read_text().replace(old, new))
+
+
 def test_report_shows_each_variants_rate_and_refuses_one_variant_at_two(study, tmp_path):
-    """The rate column against tune's choice; seeds of one variant at two rates never pooled."""
+    """The rate column against tune's choice; seeds of one variant at two rates, or of two
+    settings, never pooled; a variant's position settings other than its yaml's are shown."""
     root, overrides, _, _ = study
     rate = OmegaConf.load(root / "all/learned/seed-1/.hydra/config.yaml").optim.lr_scale
     shifts = {
@@ -388,12 +396,26 @@ def test_report_shows_each_variants_rate_and_refuses_one_variant_at_two(study, t
     assert f"| sinusoidal | 1 | 20 | ×{rate:g} (≠ chosen ×{rate / 2:g}) |" in table
     copy = tmp_path / "study"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("short"))
-    shutil.copytree(copy / "all/learned/seed-1", copy / "all/learned/seed-2")
-    config = copy / "all/learned/seed-2/.hydra/config.yaml"
-    config.write_text(config.read_text().replace(f"lr_scale: {rate}", "lr_scale: 0.25"))
-    record = json.loads((copy / "all/learned/seed-2" / STUDY_FILE).read_text())
-    (copy / "all/learned/seed-2" / STUDY_FILE).write_text(json.dumps(record | {"seed": 2}))
-    with pytest.raises(StudyError, match=r"learned is trained at 2 learning rates in one store"):
+    edit_config(copy / "all/sinusoidal/seed-1", "base: 10000.0", "base: 500.0")
+    write_report(copy, tmp_path / "base", resamples=0, echo=lambda _: None)
+    assert (
+        f"| sinusoidal (base=500.0) | 1 | 20 | ×{rate:g} |"
+        in (tmp_path / "base" / "table3.md").read_text()
+    )
+    second = copy / "all/learned/seed-2"
+    shutil.copytree(copy / "all/learned/seed-1", second)
+    record = json.loads((second / STUDY_FILE).read_text())
+    (second / STUDY_FILE).write_text(json.dumps(record | {"seed": 2}))
+    for old, new, message in (
+        (f"lr_scale: {rate}", "lr_scale: 0.25", r"learned is trained at 2 learning rates in one"),
+        ("d_ff: 128", "d_ff: 96", r"learned's runs were trained with other settings \(all/learn"),
+    ):
+        edit_config(second, old, new)
+        with pytest.raises(StudyError, match=message + r".*keep the others in another store"):
+            write_report(copy, tmp_path / "mixed", resamples=0, echo=lambda _: None)
+        edit_config(second, new, old)
+    edit_config(copy / "all/sinusoidal/seed-1", "vocab_size: 400", "vocab_size: 300")
+    with pytest.raises(StudyError, match=r"the all runs .*data.vocab_size: 400 -> 300"):
         write_report(copy, tmp_path / "mixed", resamples=0, echo=lambda _: None)
     assert not (tmp_path / "mixed").exists()
 
