@@ -481,12 +481,12 @@ class Choice:
     variant: str
     lr_scale: float | None
     complete: bool  # every grid point (and the one past an edge) ran: the choice is final
-    missing: tuple[str, ...]  # "x<rate> seed <s>" of the grid points without a run
+    missing: tuple[str, ...]  # "×<rate> seed <s>" of the grid points without a run
 
 
 @dataclass(frozen=True)
 class TunedRates:
-    """A tuning.json as the runs it chose for read it: the grid's configuration and choices."""
+    """A tuning.json as `run --tuning` reads it: the grid's configuration and its choices."""
 
     path: Path
     experiment: str  # configs/experiment/<name> every grid run composed
