@@ -32,6 +32,7 @@ from evaluation.statistics import (
     stdev,
     welch_interval,
 )
+from runs.resume import setting_differences
 
 log = logging.getLogger(__name__)
 
@@ -552,11 +553,41 @@ def read_runs(
     return runs, used[0]
 
 
+def training_config(run: Run) -> dict | None:
+    """The run's resolved .hydra/config.yaml without its seed (None: it has none)."""
+    path = run.path / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return None
+    config = OmegaConf.load(path)
+    config.run_dir = str(run.path)  # kept unresolved by train.py (Hydra's output folder)
+    config = OmegaConf.to_container(config, resolve=True)
+    config.pop("seed", None)
+    return config
+
+
+def check_one_setup(variant: str, runs: list[Run]) -> None:
+    """CompareError where a variant's runs were trained with settings other than the seed that
+    change the math (runs.resume's refused differences, e.g. another optim.lr_scale): their
+    seeds are never pooled into one row."""
+    configs = [(run, config) for run in runs if (config := training_config(run)) is not None]
+    for run, config in configs[1:]:
+        refused, _ = setting_differences(configs[0][1], config)
+        if refused:
+            raise CompareError(
+                f"the {variant} runs {configs[0][0].path} and {run.path} were trained with other "
+                f"settings ({'; '.join(refused)}): their seeds are not pooled; compare each "
+                "setting in a call of its own"
+            )
+
+
 def group_runs(runs: list[Run], baseline: str) -> tuple[dict[str, list[Run]], list[str]]:
-    """Variant -> its runs by seed, and the variants baseline first; mixed sizes warned of."""
+    """Variant -> its runs by seed, and the variants baseline first; a variant whose runs differ
+    in a setting other than the seed refused, mixed sizes warned of."""
     groups: dict[str, list[Run]] = {}
     for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
         groups.setdefault(run.variant, []).append(run)
+    for variant, its_runs in groups.items():
+        check_one_setup(variant, its_runs)
     order = sorted(groups, key=lambda v: (v != baseline, v))
     for variant in order:
         sizes = sorted({r.metrics["parameters"] for r in groups[variant]})

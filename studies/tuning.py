@@ -802,7 +802,8 @@ def plateau(
     plot_plateau(runs, budget, out / "dev_ppl_plateau.png")
     for r in runs:
         at = "none yet" if r.plateau_step is None else f"step {r.plateau_step}"
-        echo(f"plateau: {r.path}: {r.variant} lr×{r.lr_scale:g}, plateau: {at}")
+        last = f"dev PPL {r.curve[-1][1]:.2f} at step {r.curve[-1][0]}" if r.curve else "no eval"
+        echo(f"plateau: {r.path}: {r.variant} lr×{r.lr_scale:g}, {last}, plateau: {at}")
     echo(f"plateau: budget {why}")
     echo(f"written: {out}/ (plateau.json, dev_ppl_plateau.png)")
     return result

@@ -262,6 +262,23 @@ def test_runs_of_other_corpora_or_tokenizers_are_never_pooled(tmp_path, capsys, 
     assert "different corpus or evaluation splits" in err
 
 
+def test_seeds_of_one_variant_at_other_settings_are_never_pooled(tmp_path, capsys, toy_validation):
+    """Two sinusoidal seeds, one at half the rate: refused in one line naming the setting (no
+    row mixes two rates); a setting that keeps the math (the evaluation interval) does not."""
+    make_run(tmp_path, "SinusoidalPositionEncoding", 1, toy_validation)
+    second = make_run(tmp_path, "SinusoidalPositionEncoding", 2, toy_validation)[0]
+    config = OmegaConf.load(second / ".hydra" / "config.yaml")
+    config.optim.lr_scale, config.trainer.eval_every = 0.5, 7
+    OmegaConf.save(config, second / ".hydra" / "config.yaml")
+    err = error_of(capsys, tmp_path, "--resamples", "0")
+    assert "the sinusoidal runs" in err and "(optim.lr_scale: 1.0 -> 0.5)" in err
+    assert "not pooled" in err and not (tmp_path / "compare").exists()
+    config.optim.lr_scale = 1.0
+    OmegaConf.save(config, second / ".hydra" / "config.yaml")
+    main([str(tmp_path), "--resamples", "0"])
+    assert (tmp_path / "compare" / "compare.json").is_file()
+
+
 def test_runs_of_another_search_are_never_pooled(tmp_path, capsys, toy_validation):
     make_run(tmp_path, "SinusoidalPositionEncoding", 1, toy_validation)
     other = make_run(tmp_path, "LearnedPositionEncoding", 1, toy_validation)[0]
