@@ -54,6 +54,10 @@ TABLE3_EVAL = "validation-last-beam4"
 EVAL_NAME = re.compile(r"^(?P<split>.+)-(?P<tag>last|best|avg\d+)-beam(?P<beam>\d+)$")
 
 
+# a run's budget: a resume may change it, but seeds trained to two budgets are not one row
+BUDGETS = ("trainer.max_steps", "trainer.max_epochs", "trainer.max_minutes")
+
+
 class CompareError(UserError):
     """A problem with the runs given to compare, stated in one line."""
 
@@ -567,11 +571,12 @@ def training_config(run: Run) -> dict | None:
 
 def check_one_setup(variant: str, runs: list[Run]) -> None:
     """CompareError where a variant's runs were trained with settings other than the seed that
-    change the math (runs.resume's refused differences, e.g. another optim.lr_scale): their
-    seeds are never pooled into one row."""
+    change the math (runs.resume's refused differences, e.g. another optim.lr_scale) or to
+    another budget: their seeds are never pooled into one row."""
     configs = [(run, config) for run in runs if (config := training_config(run)) is not None]
     for run, config in configs[1:]:
-        refused, _ = setting_differences(configs[0][1], config)
+        refused, allowed = setting_differences(configs[0][1], config)
+        refused += [line for line in allowed if line.split(":")[0] in BUDGETS]
         if refused:
             raise CompareError(
                 f"the {variant} runs {configs[0][0].path} and {run.path} were trained with other "

@@ -273,7 +273,10 @@ def test_seeds_of_one_variant_at_other_settings_are_never_pooled(tmp_path, capsy
     err = error_of(capsys, tmp_path, "--resamples", "0")
     assert "the sinusoidal runs" in err and "(optim.lr_scale: 1.0 -> 0.5)" in err
     assert "not pooled" in err and not (tmp_path / "compare").exists()
-    config.optim.lr_scale = 1.0
+    config.optim.lr_scale, config.trainer.max_steps = 1.0, 9
+    OmegaConf.save(config, second / ".hydra" / "config.yaml")
+    assert "(trainer.max_steps: 100000 -> 9)" in error_of(capsys, tmp_path, "--resamples", "0")
+    config.trainer.max_steps = 100000
     OmegaConf.save(config, second / ".hydra" / "config.yaml")
     main([str(tmp_path), "--resamples", "0"])
     assert (tmp_path / "compare" / "compare.json").is_file()
