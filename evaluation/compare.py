@@ -32,6 +32,7 @@ from evaluation.statistics import (
     stdev,
     welch_interval,
 )
+from runs.record import trained_config
 from runs.resume import setting_differences
 
 log = logging.getLogger(__name__)
@@ -559,12 +560,9 @@ def read_runs(
 
 def training_config(run: Run) -> dict | None:
     """The run's resolved .hydra/config.yaml without its seed (None: it has none)."""
-    path = run.path / ".hydra" / "config.yaml"
-    if not path.is_file():
+    if not (run.path / ".hydra" / "config.yaml").is_file():
         return None
-    config = OmegaConf.load(path)
-    config.run_dir = str(run.path)  # kept unresolved by train.py (Hydra's output folder)
-    config = OmegaConf.to_container(config, resolve=True)
+    config = trained_config(run.path)
     config.pop("seed", None)
     return config
 

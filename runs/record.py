@@ -14,6 +14,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from common.errors import UserError
 from common.files import write_json
 
@@ -105,3 +107,11 @@ def end_segment(
         ended=_now(), end_step=end_step, wall_seconds=round(wall_seconds, 1), outcome=outcome
     )
     write_json(Path(run_dir) / SEGMENTS_FILE, {"segments": segments})
+
+
+def trained_config(run_dir: str | Path) -> dict:
+    """A run's .hydra/config.yaml, resolved; run_dir (Hydra's output folder, which train.py keeps
+    unresolved) is the folder the run is read from."""
+    config = OmegaConf.load(Path(run_dir) / ".hydra" / "config.yaml")
+    config.run_dir = str(run_dir)
+    return OmegaConf.to_container(config, resolve=True)

@@ -34,6 +34,7 @@ from common.errors import UserError, first_line
 from common.files import read_json, write_json, write_text
 from evaluation.compare import dev_ppl_curve
 from evaluation.plots import pyplot, save
+from runs.record import trained_config
 from runs.resume import setting_differences
 from studies.plan import CONDITIONS, RECORDS, ROOT, position_variants
 from studies.records import finished_metrics
@@ -145,20 +146,12 @@ def diverged_in_log(log: Path) -> bool:
     return any(int(n) >= DIVERGED_AFTER for n in counts)
 
 
-def read_config(run_dir: Path) -> dict:
-    """A run's .hydra/config.yaml, resolved; run_dir (Hydra's output folder when train.py was
-    launched by hand, saved unresolved) is the folder the run is read from."""
-    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    config.run_dir = str(run_dir)
-    return OmegaConf.to_container(config, resolve=True)
-
-
 def read_grid_run(run_dir: Path) -> GridRun | None:
     """The grid record of a finished or diverged run; None while it is unfinished."""
     config_path = run_dir / ".hydra" / "config.yaml"
     if not config_path.is_file():
         return None
-    config = read_config(run_dir)
+    config = trained_config(run_dir)
     max_steps = int(config["trainer"]["max_steps"])
     metrics = finished_metrics(run_dir)
     if metrics is not None:
@@ -706,7 +699,7 @@ def read_plateau_run(run_dir: Path, threshold: float) -> PlateauRun:
     config_path = run_dir / ".hydra" / "config.yaml"
     if not config_path.is_file():
         raise TuningError(f"--runs {run_dir}: no .hydra/config.yaml; pass a run folder or record")
-    config = OmegaConf.create(read_config(run_dir))
+    config = OmegaConf.create(trained_config(run_dir))
     curve = read_curve(run_dir)
     if not curve:
         raise TuningError(
