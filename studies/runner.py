@@ -34,7 +34,13 @@ from studies.plan import (
     planned_jobs,
     run_dir_of,
 )
-from studies.records import StudyRecord, finished_metrics, keep_record, recorded
+from studies.records import (
+    StudyRecord,
+    finished_metrics,
+    keep_record,
+    record_mismatch,
+    recorded,
+)
 from studies.scoring import score_job
 from studies.tuning import TunedRates, rate_text, read_tuned_rates
 
@@ -184,6 +190,17 @@ def launch(sweep: Sweep, root: Path, launcher: str, jobs: int, overrides, say) -
     return subprocess.run(command, cwd=ROOT).returncode
 
 
+def check_finished_run(job: Job, settings: Sequence[str]) -> None:
+    """Refuse a run folder that finished with other training settings than the study's now: it
+    is never scored and recorded as if it had trained with these."""
+    changed = record_mismatch(job, job.run_dir, settings)
+    if changed:
+        raise StudyError(
+            f"{job.run_dir} finished with other settings than the study's now "
+            f"({'; '.join(changed)}): pass another --root, or delete it to train the run again"
+        )
+
+
 def triage(
     planned: list[Job],
     records: Path | None,
@@ -206,9 +223,11 @@ def triage(
             say(f"  {job.label}: recorded in {records}, not trained again")
             stored[job.label] = record
         elif record is not None:
+            check_finished_run(job, settings)
             say(f"  {job.label}: recorded before the buckets' length ratios; scored again")
             finished.append(job)
         elif finished_here:
+            check_finished_run(job, settings)
             say(f"  {job.label}: finished in {job.run_dir}, not trained again")
             finished.append(job)
         else:

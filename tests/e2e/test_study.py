@@ -171,6 +171,26 @@ def test_a_second_call_launches_nothing_and_scores_nothing(study):
     assert snapshot(root) == before
 
 
+def test_a_run_folder_finished_with_other_settings_is_refused_not_recorded(study, tmp_path):
+    """A root's finished run trained at another rate than the overrides now ask: refused in one
+    line naming the setting, nothing scored, recorded or written."""
+    root, overrides, _, _ = study
+    before = snapshot(root)
+    store = tmp_path / "store"
+    with pytest.raises(StudyError, match=r"seed-1 finished with other settings .*optim.lr_scale"):
+        run_study(
+            root,
+            ["all"],
+            ["sinusoidal"],
+            [1],
+            1,
+            [*overrides, "optim.lr_scale=0.123"],
+            lambda _: None,
+            records=store,
+        )
+    assert snapshot(root) == before and not store.exists()
+
+
 def test_a_record_of_another_search_is_rescored_not_mixed(study, tmp_path):
     """A study.json without the study's search is left out of a report until `run` rescores it;
     an eval JSON of another search is evaluated again, one from before min_len is kept."""
