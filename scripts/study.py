@@ -2,10 +2,10 @@
 
     python scripts/study.py run [--condition all joined short] [--variants V ...] [--seeds S ...]
         [--launcher basic|submitit_local|slurm] [--jobs N] [--root outputs/study]
-        [--records results/pe_study/runs] [--tuning results/pe_tuning/tuning.json]
+        [--records results/pe_study/runs] [--tuning results/pe_tuning/tuning.json ...]
         [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
-        [--tuning results/pe_tuning/tuning.json]
+        [--tuning results/pe_tuning/tuning.json ...]
     python scripts/study.py tune [--stores S ...] [--out results/pe_tuning] [--plan]
         [--condition all | --experiment E [--root outputs/tuning]] [--variants V ...]
         [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
@@ -18,7 +18,9 @@
 `train.py --multirun` and Hydra's launcher (basic: one after the other; submitit_local: N at a
 time; slurm: a cluster), resumes unfinished runs, skips finished ones and those the record store
 holds, scores each run once here and keeps its record (no checkpoints) in the store (studies/);
-with --tuning, each variant at the rate `tune` chose for it (refused where the choice is not final).
+with --tuning, each variant at the rate `tune` chose for it (refused where the choice is not final;
+of several tuning.json, the one at the longest budget that tuned the variant: a check at the final
+budget overrides the grid's choice).
 `report` writes the tables, JSON and plots of every scored run.
 `tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
 (`--plan`: print the commands of the grid points not run yet) and `plateau` the step budget
@@ -75,7 +77,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument(
         "--tuning",
         type=Path,
-        help="a tuning.json of `tune`: each variant at its chosen rate, with the grid's overrides",
+        nargs="+",
+        help="tuning.json files of `tune`: each variant at its chosen rate (from the file at the "
+        "longest budget that tuned it), with the grid's overrides",
     )
     run.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
     report = commands.add_parser("report", help="tables, JSON and plots of the scored runs")
@@ -85,7 +89,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     report.add_argument("--out", type=Path, default=Path("results/pe_study"), help="report folder")
     report.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: off)")
     report.add_argument(
-        "--tuning", type=Path, help="a tuning.json: check each variant's rate is the chosen one"
+        "--tuning",
+        type=Path,
+        nargs="+",
+        help="tuning.json files: check each variant's rate is the chosen one",
     )
     add_tune(commands)
     add_plateau(commands)

@@ -6,7 +6,7 @@ JSON and plots of ``results/<study>/`` (docs/study.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from studies.records import (
     scored_runs,
     stored_config,
 )
-from studies.tuning import read_tuned_rates
+from studies.tuning import Choice, read_tuned_rates
 
 NOTE_FILE = "NOTE.md"  # a report folder's note by hand, quoted atop its README
 
@@ -57,21 +57,21 @@ def rates_of(records: list[StudyRecord]) -> dict[str, float]:
     return {variant: next(iter(by_rate)) for variant, by_rate in rates.items()}
 
 
-def chosen_rates(tuning: Path | None) -> dict[str, float | None]:
-    """Each variant's chosen optim.lr_scale in a tuning.json (`scripts/study.py tune`)."""
-    if tuning is None:
-        return {}
-    return {v: c.lr_scale for v, c in read_tuned_rates(tuning).choices.items()}
+def chosen_rates(tuning: Path | Sequence[Path] | None) -> dict[str, Choice]:
+    """Each variant's choice in tuning.json files (`scripts/study.py tune`, read_tuned_rates)."""
+    return {} if not tuning else read_tuned_rates(tuning).choices
 
 
-def rate_cell(rate: float | None, chosen: float | None, checked: bool) -> str:
-    """×rate, and against tuning.json's choice where one was given (checked)."""
+def rate_cell(row: dict, checked: bool) -> str:
+    """×rate, and against tuning.json's choice (at its budget) where one was given (checked)."""
+    rate, chosen, steps = row.get("lr_scale"), row.get("chosen_lr_scale"), row.get("chosen_at")
     text = "—" if rate is None else f"×{rate:g}"
     if not checked:
         return text
     if chosen is None:
         return f"{text} (none chosen yet)"
-    return f"{text} (chosen)" if chosen == rate else f"{text} (≠ chosen ×{chosen:g})"
+    where = f" at {steps} steps" if steps else ""
+    return f"{text} (chosen{where})" if chosen == rate else f"{text} (≠ chosen ×{chosen:g}{where})"
 
 
 def provenance_line(runs: list[dict], key: str, what: str) -> str:
@@ -106,7 +106,7 @@ def table3(
     resamples: int,
     baseline: str = "sinusoidal",
     rates: dict[str, float] | None = None,
-    chosen: dict[str, float | None] | None = None,
+    chosen: dict[str, Choice] | None = None,
 ) -> dict:
     """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
 
@@ -142,7 +142,9 @@ def table3(
         row["steps_by_seed"] = {str(r.seed): r.step for r in mine}
         row["lr_scale"] = rates.get(row["variant"])
         row["position_settings"] = position_settings(mine[0]) if mine else []
-        row["chosen_lr_scale"] = (chosen or {}).get(row["variant"])
+        choice = (chosen or {}).get(row["variant"])
+        row["chosen_lr_scale"] = None if choice is None else choice.lr_scale
+        row["chosen_at"] = None if choice is None else choice.max_steps  # the grid's budget
     base = by_variant.get(baseline, [])
     for diff in result["differences"]:
         other = by_variant[diff["variant"]]
@@ -264,7 +266,7 @@ def table3_markdown(result: dict) -> str:
         steps = ", ".join(sorted(set(map(str, row["steps_by_seed"].values()))))
         paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
         paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
-        rate = rate_cell(row.get("lr_scale"), row.get("chosen_lr_scale"), checked)
+        rate = rate_cell(row, checked)
         settings = ", ".join(row.get("position_settings", []))
         variant = f"{row['variant']} ({settings})" if settings else row["variant"]
         lines.append(
@@ -276,7 +278,8 @@ def table3_markdown(result: dict) -> str:
         "",
         "mean ± std over seeds [95% t-interval of the mean]; dev PPL per subword at the last "
         "step; lr: optim.lr_scale (×1 = the paper's schedule), against the rate `study.py tune` "
-        "chose on dev where its tuning.json was given (--tuning); in brackets after a variant, "
+        "chose on dev (at the budget of the grid that chose it) where its tuning.json was given "
+        "(--tuning); in brackets after a variant, "
         "the position settings its runs trained with other than configs/position's (SHAPE's "
         f"K: max_shift). {result['paper_note']}",
     ]
@@ -411,10 +414,10 @@ def write_report(
     out: Path,
     resamples: int = 1000,
     echo: Callable[[str], None] = print,
-    tuning: Path | None = None,
+    tuning: Path | Sequence[Path] | None = None,
 ) -> dict:
     """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run;
-    tuning: a tuning.json whose chosen rates the runs' rates are checked against."""
+    tuning: tuning.json files whose chosen rates the runs' rates are checked against."""
     if resamples < 0:  # before anything is written (a negative count would mean no bootstrap)
         raise StudyError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
     chosen = chosen_rates(tuning)

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
 from common.errors import UserError, first_line
-from runs.resume import setting_differences
 from studies.plan import (
     CONDITIONS,
     ROOT,
@@ -42,7 +40,7 @@ from studies.records import (
     recorded,
 )
 from studies.scoring import score_job
-from studies.tuning import TunedRates, rate_text, read_tuned_rates
+from studies.tuning import TunedRates, math_differences, rate_text, read_tuned_rates
 
 LAUNCHERS = ("basic", "submitit_local", "slurm")
 # submitit_local's default limit is 60 minutes a job; a study run may take hours on a CPU
@@ -84,7 +82,7 @@ def with_tuning(tuned: TunedRates, overrides: Sequence[str]) -> list[str]:
     for override in overrides:
         if setting(override) == "optim.lr_scale":
             raise StudyError(
-                f"{override} with --tuning: each variant trains at the rate {tuned.path} chose "
+                f"{override} with --tuning: each variant trains at the rate {tuned.name} chose "
                 "for it; drop the override"
             )
     mine = {setting(o) for o in overrides}
@@ -95,15 +93,10 @@ def check_tuned_configuration(tuned: TunedRates, conditions, training: Sequence[
     """Refuse overrides that change what the grid tuned: only settings that keep the math (the
     step budget, evaluations, files, device: runs.resume's KEEP_THE_MATH) may differ."""
     for condition in conditions:
-        base = [f"experiment={CONDITIONS[condition]}", "run_dir=."]
-        grid, final = (
-            OmegaConf.to_container(compose_config([*base, *words]), resolve=True)
-            for words in (tuned.overrides, training)
-        )
-        refused, _ = setting_differences(grid, final)
+        refused = math_differences(CONDITIONS[condition], tuned.overrides, training)
         if refused:
             raise StudyError(
-                f"the overrides after -- change what {tuned.path} tuned ({'; '.join(refused)}): "
+                f"the overrides after -- change what {tuned.name} tuned ({'; '.join(refused)}): "
                 "drop them, or tune with them"
             )
 
@@ -115,7 +108,7 @@ def tuned_rates(tuned: TunedRates | None, planned: Sequence[Job]) -> dict[str, f
         return {}
     if tuned.experiment not in CONDITIONS.values():
         raise StudyError(
-            f"{tuned.path} tuned experiment={tuned.experiment}, not one of the study's "
+            f"{tuned.name} tuned experiment={tuned.experiment}, not one of the study's "
             "conditions: pass a tuning.json of `study.py tune --condition ...`"
         )
     return {v: tuned.final_rate(v) for v in dict.fromkeys(j.variant for j in planned)}
@@ -280,14 +273,14 @@ def run_study(
     echo: Callable[[str], None] = print,
     records: Path | None = None,
     launcher: str = "basic",
-    tuning: Path | None = None,
+    tuning: Path | Sequence[Path] | None = None,
 ) -> list[StudyRecord]:
     """Train (through Hydra's launcher), resume or skip, then score every planned run.
 
     records: the record store (None: none); a run recorded there is skipped, a run scored here
-    is recorded there. tuning: a tuning.json of `study.py tune`: each variant trains at its
-    chosen rate, with the grid's overrides. A run that fails is named at the end (StudyError)
-    after the others.
+    is recorded there. tuning: tuning.json files of `study.py tune` (read_tuned_rates): each
+    variant trains at its chosen rate, with the grid's overrides. A run that fails is named at
+    the end (StudyError) after the others.
     """
     root = Path(root).absolute()
     records = None if records is None else Path(records).absolute()
@@ -303,7 +296,7 @@ def run_study(
     echo(f"study: {len(planned)} runs in {root}{kept}")
     if tuned is not None:
         chosen = ", ".join(f"{v} ×{r:g}" for v, r in rates.items())
-        echo(f"study: each variant at its rate chosen on dev in {tuned.path}: {chosen}")
+        echo(f"study: each variant at its rate chosen on dev in {tuned.name}: {chosen}")
     done, finished, to_train = triage(planned, records, training, echo, rates)
     at_once = int(jobs) if launcher == "submitit_local" else None
     for sweep in sweeps(to_train, at_once, rates):

@@ -116,7 +116,8 @@ class VariantTuning:
     chosen: float | None  # lowest mean dev PPL among the rates every grid seed ran
     edge: str | None  # "low" / "high": the chosen rate is the lowest / highest tried
     next_rate: float | None  # the rate one step beyond that edge
-    complete: bool  # every point of the grid (and past an edge) ran: the choice is final
+    required: tuple[float, ...]  # the grid's rates, the chosen one's neighbours, next_rate
+    complete: bool  # every required point ran (every grid seed): the choice is final
 
 
 @dataclass(frozen=True)
@@ -322,36 +323,44 @@ def check_overrides(protocol: Protocol, variant: str) -> None:
 
 
 def tune_variant(variant: str, runs: Sequence[GridRun], protocol: Protocol) -> VariantTuning:
-    """A variant's points; the chosen rate: lowest mean dev PPL among rates every seed ran."""
+    """A variant's points; the chosen rate: lowest mean dev PPL among rates every seed ran.
+
+    Runs at rates outside the grid (kept from another check) are shown and may be chosen where
+    every grid seed ran them; they are required only as the chosen rate's neighbours.
+    """
     seeds = set(protocol.seeds)
     mine = [r for r in runs if r.variant == variant and r.seed in seeds]
-    rates = sorted({float(r) for r in protocol.rates} | {r.lr_scale for r in mine})
+    grid = {float(r) for r in protocol.rates}
+    rates = sorted(grid | {r.lr_scale for r in mine})
     points = tuple(
         RatePoint(
             rate, tuple(sorted((r for r in mine if r.lr_scale == rate), key=lambda r: r.seed))
         )
         for rate in rates
     )
-    full = [p for p in points if p.n == len(seeds)]
-    finite = [p for p in full if math.isfinite(p.mean)]
+    finite = [p for p in points if p.n == len(seeds) and math.isfinite(p.mean)]
     if not finite:
-        return VariantTuning(variant, points, None, None, None, False)
+        return VariantTuning(variant, points, None, None, None, tuple(sorted(grid)), False)
     best = min(finite, key=lambda p: (p.mean, p.lr_scale))
     edge = "low" if best.lr_scale == rates[0] else "high" if best.lr_scale == rates[-1] else None
     next_rate = {"low": best.lr_scale / 2, "high": best.lr_scale * 2}.get(edge)
-    complete = len(full) == len(points) and edge is None
-    return VariantTuning(variant, points, best.lr_scale, edge, next_rate, complete)
+    at = rates.index(best.lr_scale)
+    neighbours = set(rates[max(at - 1, 0) : at + 2])
+    required = tuple(sorted(grid | neighbours | ({next_rate} if next_rate else set())))
+    full = {p.lr_scale for p in points if p.n == len(seeds)}
+    complete = edge is None and full >= set(required)
+    return VariantTuning(variant, points, best.lr_scale, edge, next_rate, required, complete)
 
 
 def missing_runs(tunings: Sequence[VariantTuning], protocol: Protocol) -> list[MissingRun]:
-    """The grid points (and the step past an edge) no finished or diverged run holds."""
+    """The required points (the grid, the chosen rate's neighbours, the step past an edge) no
+    finished or diverged run holds."""
     missing = []
     for tuning in tunings:
-        rates = [p.lr_scale for p in tuning.points] + [r for r in [tuning.next_rate] if r]
         have = {(p.lr_scale, r.seed) for p in tuning.points for r in p.runs}
         missing += [
             MissingRun(tuning.variant, rate, seed)
-            for rate in rates
+            for rate in tuning.required
             for seed in sorted(set(protocol.seeds))
             if (rate, seed) not in have
         ]
@@ -473,40 +482,48 @@ class Choice:
 
     variant: str
     lr_scale: float | None
-    complete: bool  # every grid point (and the one past an edge) ran: the choice is final
+    complete: bool  # every required grid point ran: the choice is final
     missing: tuple[str, ...]  # "×<rate> seed <s>" of the grid points without a run
+    source: Path  # the tuning.json it comes from
+    max_steps: int  # the budget of that grid's runs (0: none ran)
 
 
 @dataclass(frozen=True)
 class TunedRates:
-    """A tuning.json as `run --tuning` reads it: the grid's configuration and its choices."""
+    """One or more tuning.json as `run --tuning` reads them: the grid's configuration and each
+    variant's choice, from the file at the longest budget that tuned it."""
 
-    path: Path
+    paths: tuple[Path, ...]
     experiment: str  # configs/experiment/<name> every grid run composed
-    overrides: tuple[str, ...]  # the grid's Hydra overrides (besides rate and seed)
+    overrides: tuple[str, ...]  # the first file's Hydra overrides (besides rate and seed)
     max_steps: tuple[int, ...]  # the grid runs' budgets
     choices: dict[str, Choice]
+
+    @property
+    def name(self) -> str:
+        """The files, as a message names them."""
+        return " ".join(map(str, self.paths))
 
     def final_rate(self, variant: str) -> float:
         """The variant's chosen rate, refused where the grid has no final choice for it."""
         choice = self.choices.get(variant)
         if choice is None:
             raise TuningError(
-                f"{self.path} tuned no rate for {variant} (it tuned {', '.join(self.choices)}): "
+                f"{self.name} tuned no rate for {variant} (it tuned {', '.join(self.choices)}): "
                 f"add {variant} to the grid (study.py tune --variants {variant} --plan)"
             )
         if not choice.complete or choice.lr_scale is None:
             chosen = "none yet" if choice.lr_scale is None else f"×{choice.lr_scale:g} so far"
             raise TuningError(
-                f"{variant}'s rate in {self.path} is not final ({chosen}; grid points without a "
-                f"run: {', '.join(choice.missing) or 'none'}): train them (study.py tune --plan) "
-                "and tune again"
+                f"{variant}'s rate in {choice.source} is not final ({chosen}; grid points "
+                f"without a run: {', '.join(choice.missing) or 'none'}): train them (study.py "
+                "tune --plan) and tune again"
             )
         return choice.lr_scale
 
 
-def read_tuned_rates(path: Path) -> TunedRates:
-    """A tuning.json written by `tune`, typed; a missing or foreign file is one TuningError."""
+def read_tuning_file(path: Path) -> TunedRates:
+    """One tuning.json written by `tune`, typed; a missing or foreign file is one TuningError."""
     path = Path(path)
     if not path.is_file():
         raise TuningError(f"{path}: no such file; pass a tuning.json of `study.py tune`")
@@ -515,12 +532,15 @@ def read_tuned_rates(path: Path) -> TunedRates:
         missing = {}
         for m in result["missing"]:
             missing.setdefault(m["variant"], []).append(f"×{m['lr_scale']:g} seed {m['seed']}")
+        budget = max(result["max_steps"], default=0)
         choices = {
-            v: Choice(v, t["chosen_lr_scale"], t["complete"], tuple(missing.get(v, ())))
+            v: Choice(
+                v, t["chosen_lr_scale"], t["complete"], tuple(missing.get(v, ())), path, budget
+            )
             for v, t in result["variants"].items()
         }
         return TunedRates(
-            path,
+            (path,),
             result["experiment"],
             tuple(result["overrides"]),
             tuple(result["max_steps"]),
@@ -531,6 +551,50 @@ def read_tuned_rates(path: Path) -> TunedRates:
             f"{path} is not a tuning.json of `study.py tune` (missing or malformed: {e}): "
             "write it with tune"
         ) from e
+
+
+def math_differences(experiment: str, tuned: Sequence[str], other: Sequence[str]) -> list[str]:
+    """'key: old -> new' of the settings two override lists of one experiment differ in that
+    change the math (all but runs.resume's KEEP_THE_MATH: budget, evaluations, files, device)."""
+    grid, final = (
+        OmegaConf.to_container(
+            compose_config([f"experiment={experiment}", "run_dir=.", *words]), resolve=True
+        )
+        for words in (tuned, other)
+    )
+    return setting_differences(grid, final)[0]
+
+
+def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
+    """tuning.json files merged: each variant's choice from the one at the longest budget that
+    tuned it (a check of the grid's choice at the final budget, RECIPE "A budget at the
+    plateau"); refused where they tuned other configurations or two at one budget tuned it."""
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    files = [read_tuning_file(p) for p in paths]
+    first, choices = files[0], {}
+    for other in files[1:]:
+        changed = (
+            math_differences(first.experiment, first.overrides, other.overrides)
+            if other.experiment == first.experiment
+            else [f"experiment: {first.experiment} -> {other.experiment}"]
+        )
+        if changed:
+            raise TuningError(
+                f"{other.name} tuned another configuration than {first.name} "
+                f"({'; '.join(changed)}): pass tuning.json files of one experiment and settings "
+                "(budgets may differ)"
+            )
+    for file in sorted(files, key=lambda f: max(f.max_steps, default=0)):
+        for variant, choice in file.choices.items():
+            before = choices.get(variant)
+            if before is not None and before.max_steps == choice.max_steps:
+                raise TuningError(
+                    f"{before.source} and {choice.source} both tuned {variant} at "
+                    f"{choice.max_steps} steps: pass one of them"
+                )
+            choices[variant] = choice
+    budgets = tuple(sorted({b for f in files for b in f.max_steps}))
+    return TunedRates(tuple(paths), first.experiment, first.overrides, budgets, choices)
 
 
 def ppl_cell(value: float | None) -> str:

@@ -40,17 +40,21 @@ def dev_ppl(record: Path) -> float:
     return json.loads((record / "metrics.json").read_text())["dev_ppl"]
 
 
-def copy_record(seed: int, store: Path, rate: float, ppl: float | None = None) -> Path:
+def copy_record(
+    seed: int, store: Path, rate: float, ppl: float | None = None, steps: int | None = None
+) -> Path:
     """A committed record copied to <store>/all/sinusoidal/seed-<seed>, trained (so its config
-    says) at optim.lr_scale=rate, its last dev PPL set to ppl (None: kept)."""
+    says) at optim.lr_scale=rate (and to trainer.max_steps=steps), its last dev PPL set to ppl
+    (None: kept)."""
     target = store / "all" / "sinusoidal" / f"seed-{seed}"
     shutil.copytree(RECORD / f"seed-{seed}", target)
     config = OmegaConf.load(target / ".hydra" / "config.yaml")
     config.optim.lr_scale = rate
+    config.trainer.max_steps = steps or config.trainer.max_steps
     OmegaConf.save(config, target / ".hydra" / "config.yaml")
-    if ppl is not None:
-        metrics = json.loads((target / "metrics.json").read_text())
-        (target / "metrics.json").write_text(json.dumps(metrics | {"dev_ppl": ppl}))
+    metrics = json.loads((target / "metrics.json").read_text())
+    metrics |= {"dev_ppl": ppl or metrics["dev_ppl"], "steps": steps or metrics["steps"]}
+    (target / "metrics.json").write_text(json.dumps(metrics))
     return target
 
 
@@ -159,6 +163,46 @@ def test_a_tuning_json_reads_back_typed_and_gives_only_a_final_rate(tmp_path):
         read_tuned_rates(tmp_path / "foreign.json")
     with pytest.raises(TuningError, match=r"nowhere.json: no such file"):
         read_tuned_rates(tmp_path / "nowhere.json")
+
+
+def full_grid(store: Path, ppls: dict, steps: int | None = None) -> list[Path]:
+    """Records of every (rate, seed) in ppls {rate: (seed 1, seed 2)}, one store a rate."""
+    for rate, by_seed in ppls.items():
+        for seed, ppl in enumerate(by_seed, start=1):
+            if ppl is not None:
+                copy_record(seed, store / f"lr{rate}", rate, ppl, steps)
+    return sorted(store.iterdir())
+
+
+def test_a_check_at_the_final_budget_overrides_the_grids_choice(tmp_path):
+    """Row (E)'s check: the grid chose x0.5 at 2,000 steps; at 8,000 steps x1 wins among the
+    candidates and its neighbours. A rate outside the check's grid that only seed 1 ran (x0.25)
+    is shown, not required; merged, each variant takes the choice at the longest budget."""
+    grid = {0.25: (15.0, 15.4), 0.5: (11.0, 11.5), 1.0: (11.9, 11.8), 2.0: (12.0, 12.5)}
+    tune(full_grid(tmp_path / "grid", grid), Protocol(), tmp_path / "t2000", echo=print)
+    final = {0.25: (9.0, None), 0.5: (7.0, 7.2), 1.0: (6.7, 6.9), 2.0: (6.8, 7.3)}
+    stores = full_grid(tmp_path / "final", final, steps=8000)
+    check = Protocol(rates=(0.5, 1.0), overrides=("trainer.max_steps=8000",))
+    result = tune(stores, check, tmp_path / "t8000", echo=print)
+    row = result["variants"]["sinusoidal"]
+    assert [p["lr_scale"] for p in row["rates"]] == [0.25, 0.5, 1.0, 2.0]
+    assert (row["chosen_lr_scale"], row["complete"], result["missing"]) == (1.0, True, [])
+    files = [tmp_path / "t2000" / "tuning.json", tmp_path / "t8000" / "tuning.json"]
+    assert read_tuned_rates(files[0]).final_rate("sinusoidal") == 0.5
+    for order in (files, files[::-1]):
+        tuned = read_tuned_rates(order)
+        assert tuned.final_rate("sinusoidal") == 1.0 and tuned.max_steps == (2000, 8000)
+        assert tuned.choices["sinusoidal"].source == files[1]
+    (tmp_path / "final" / "lr2.0" / "all" / "sinusoidal" / "seed-2" / "metrics.json").unlink()
+    shifted = tune(stores, check, None, echo=print)  # x1 wins with x2 not full: not final
+    assert not shifted["variants"]["sinusoidal"]["complete"]
+    assert shifted["missing"] == [{"variant": "sinusoidal", "lr_scale": 2.0, "seed": 2}]
+    with pytest.raises(TuningError, match=r"both tuned sinusoidal at 2000 steps: pass one"):
+        read_tuned_rates([files[0], files[0]])
+    other = json.loads(files[1].read_text()) | {"overrides": ["model.d_ff=96"]}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(TuningError, match=r"other.json tuned another .*model.d_ff: 512 -> 96"):
+        read_tuned_rates([files[0], tmp_path / "other.json"])
 
 
 @pytest.mark.parametrize(
