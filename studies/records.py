@@ -151,6 +151,11 @@ def stored_config(run_dir: Path) -> DictConfig:
     return config
 
 
+def resolved_config(run_dir: Path) -> dict:
+    """stored_config as plain containers, interpolations resolved."""
+    return OmegaConf.to_container(stored_config(run_dir), resolve=True)
+
+
 def trained_on(run_dir: Path, key: str) -> list[str]:
     """The machines ("hardware") or code ("code") of a run's segments; "unrecorded" if absent."""
     return sorted({s.get(key) or "unrecorded" for s in read_segments(run_dir)})
@@ -171,7 +176,7 @@ def current_record(run_dir: Path) -> StudyRecord | None:
 def record_mismatch(job: Job, record_dir: Path, overrides: Sequence[str]) -> list[str]:
     """'key: recorded -> now' for each training setting of a record that the study would change."""
     wanted = OmegaConf.to_container(compose_config(train_overrides(job, overrides)), resolve=True)
-    stored = OmegaConf.to_container(stored_config(record_dir), resolve=True)
+    stored = resolved_config(record_dir)
     refused, _ = setting_differences(stored, wanted)
     return refused
 
@@ -231,7 +236,7 @@ def retrain_command(record: StudyRecord) -> str:
         f"seed={record.seed}",
     ]
     now = OmegaConf.to_container(compose_config([*words, "run_dir=."]), resolve=True)
-    then = OmegaConf.to_container(stored_config(Path(record.run_dir)), resolve=True)
+    then = resolved_config(Path(record.run_dir))
     multi30k = loads_multi30k(now.get("data")) and loads_multi30k(then.get("data"))
     now, then = flatten(now), flatten(then)
     for key in sorted(set(now) | set(then)):
@@ -248,7 +253,7 @@ def retrain_command(record: StudyRecord) -> str:
 def training_settings(record: StudyRecord) -> dict:
     """A record's resolved training config without its seed and rate (what one configuration's
     runs share; the rate is the report's own check, per variant)."""
-    config = OmegaConf.to_container(stored_config(Path(record.run_dir)), resolve=True)
+    config = resolved_config(Path(record.run_dir))
     config.pop("seed", None)
     config.get("optim", {}).pop("lr_scale", None)
     return config

@@ -40,7 +40,7 @@ from studies.records import (
     recorded,
 )
 from studies.scoring import score_job
-from studies.tuning import TunedRates, math_differences, rate_text, read_tuned_rates
+from studies.tuning import TunedRates, math_differences, rate_text, read_tuned_rates, setting
 
 LAUNCHERS = ("basic", "submitit_local", "slurm")
 # submitit_local's default limit is 60 minutes a job; a study run may take hours on a CPU
@@ -69,11 +69,6 @@ def training_overrides(overrides: Sequence[str]) -> list[str]:
 def rate_override(lr_scale: float | None) -> list[str]:
     """The override of a tuned rate (none without one)."""
     return [] if lr_scale is None else [f"optim.lr_scale={rate_text(lr_scale)}"]
-
-
-def setting(override: str) -> str:
-    """The config key an override sets (`+a.b=1` -> a.b)."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def with_tuning(tuned: TunedRates, overrides: Sequence[str]) -> list[str]:

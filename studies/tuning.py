@@ -237,6 +237,11 @@ def check_one_configuration(runs: Sequence[GridRun]) -> None:
                 )
 
 
+def setting(override: str) -> str:
+    """The config key an override sets (`+a.b=1` -> a.b)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def point_overrides(protocol: Protocol, variant: str, seed: int, rate: float) -> list[str]:
     """The train.py overrides of one grid point (without its run_dir)."""
     return [
@@ -288,7 +293,7 @@ def check_grid(protocol: Protocol) -> None:
     if not protocol.rates or any(not float(r) > 0 for r in protocol.rates):
         raise TuningError(f"--rates {' '.join(map(str, protocol.rates))}: pass positive rates")
     for override in protocol.overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
+        key = setting(override)
         if key in (*GRID_KEYS, "position", "experiment", "run_dir", "hydra.run.dir"):
             raise TuningError(
                 f"override {override}: the grid sets {key} itself (--rates, --seeds, --variants, "
@@ -375,17 +380,27 @@ def in_checkout(path: Path) -> str:
         return str(path)
 
 
-def study_store(rate: float, runs: Sequence[GridRun], stores: Sequence[Path]) -> tuple[str, str]:
+def budget_tag(protocol: Protocol) -> str:
+    """'_<N>steps' where the grid's overrides set trainer.max_steps, else '': the runs of a
+    check at another budget go to folders of their own, not to the short grid's."""
+    steps = [o.split("=", 1)[1] for o in protocol.overrides if setting(o) == "trainer.max_steps"]
+    return f"_{steps[-1]}steps" if steps else ""
+
+
+def study_store(
+    rate: float, runs: Sequence[GridRun], stores: Sequence[Path], budget: str = ""
+) -> tuple[str, str]:
     """(--root, --records) of the study's runs at a rate: the store that holds some, else
-    results/pe_study_lr<rate>/runs (results/pe_study/runs at 1.0)."""
-    root = "outputs/study" if rate == 1.0 else f"outputs/study_lr{rate_tag(rate)}"
+    results/pe_study_lr<rate><budget>/runs (results/pe_study<budget>/runs at 1.0; budget:
+    budget_tag's '_<N>steps' or '')."""
+    root = ("outputs/study" if rate == 1.0 else f"outputs/study_lr{rate_tag(rate)}") + budget
     for store in stores:
         if any(r.lr_scale == rate and Path(store) in r.path.parents for r in runs):
             return root, in_checkout(Path(store))
-    default = (
-        RECORDS.relative_to(ROOT) if rate == 1.0 else f"results/pe_study_lr{rate_tag(rate)}/runs"
-    )
-    return root, str(default)
+    if rate == 1.0 and not budget:
+        return root, str(RECORDS.relative_to(ROOT))
+    name = "pe_study" if rate == 1.0 else f"pe_study_lr{rate_tag(rate)}"
+    return root, f"results/{name}{budget}/runs"
 
 
 def plan_commands(
@@ -400,7 +415,7 @@ def plan_commands(
     for rate in sorted({m.lr_scale for m in missing}):
         here = [m for m in missing if m.lr_scale == rate]
         if protocol.experiment is None:
-            root, store = study_store(rate, runs, stores)
+            root, store = study_store(rate, runs, stores, budget_tag(protocol))
             words = ["python", "scripts/study.py", "run", "--condition", protocol.condition]
             words += ["--variants", *sorted({m.variant for m in here})]
             words += ["--seeds", *map(str, sorted({m.seed for m in here}))]

@@ -18,6 +18,7 @@ from studies.tuning import (
     PlateauRun,
     Protocol,
     TuningError,
+    budget_tag,
     in_checkout,
     plateau,
     plateau_step,
@@ -25,6 +26,7 @@ from studies.tuning import (
     read_grid_run,
     read_tuned_rates,
     step_budget,
+    study_store,
     tune,
 )
 from tests.conftest import ROOT, script_main
@@ -197,6 +199,9 @@ def test_a_check_at_the_final_budget_overrides_the_grids_choice(tmp_path):
     shifted = tune(stores, check, None, echo=print)  # x1 wins with x2 not full: not final
     assert not shifted["variants"]["sinusoidal"]["complete"]
     assert shifted["missing"] == [{"variant": "sinusoidal", "lr_scale": 2.0, "seed": 2}]
+    (command,) = shifted["commands"]  # not the short grid's run root: another budget
+    assert "--root outputs/study_lr2_8000steps --records " in command
+    assert command.endswith("-- optim.lr_scale=2.0 trainer.max_steps=8000")
     with pytest.raises(TuningError, match=r"both tuned sinusoidal at 2000 steps: pass one"):
         read_tuned_rates([files[0], files[0]])
     other = json.loads(files[1].read_text()) | {"overrides": ["model.d_ff=96"]}
@@ -332,3 +337,11 @@ def test_plan_commands_name_stores_inside_the_checkout_relative_to_it(tmp_path):
     """The plan's commands run from the checkout: a store inside it is named relative to it."""
     assert in_checkout(STORE_05) == "results/pe_study_lr05/runs"
     assert in_checkout(tmp_path / "store") == str(tmp_path / "store")
+    stores = [STORE, STORE_05]
+    assert study_store(1.0, [], stores) == ("outputs/study", "results/pe_study/runs")
+    assert study_store(2.0, [], stores, "_8000steps") == (  # a check at another budget
+        "outputs/study_lr2_8000steps",
+        "results/pe_study_lr2_8000steps/runs",
+    )
+    assert budget_tag(Protocol(overrides=("trainer.max_steps=8000",))) == "_8000steps"
+    assert budget_tag(Protocol(overrides=("trainer.eval_every=500",))) == ""
