@@ -9,6 +9,7 @@
     python scripts/study.py tune [--stores S ...] [--out results/pe_tuning] [--plan]
         [--condition all | --experiment E [--root outputs/tuning]] [--variants V ...]
         [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
+    python scripts/study.py choose --setting KEY --rate R --tunings T T [...] [--out FOLDER]
     python scripts/study.py plateau --runs RUN [RUN ...] [--out results/pe_plateau]
         [--threshold 0.02]
     python scripts/study.py pictures --runs RUN [RUN ...] [--out results/pe_pictures]
@@ -23,7 +24,8 @@ of several tuning.json, the one at the longest budget that tuned the variant: a 
 budget overrides the grid's choice).
 `report` writes the tables, JSON and plots of every scored run.
 `tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
-(`--plan`: print the commands of the grid points not run yet) and `plateau` the step budget
+(`--plan`: print the commands of the grid points not run yet), `choose` another setting's value
+(SHAPE's K) from one tuning.json per value (studies/choice.py), and `plateau` the step budget
 from runs' dev PPL curves (studies/tuning.py).
 """
 
@@ -35,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from common.errors import report_user_errors
+from studies.choice import choose_setting
 from studies.pictures import pictures
 from studies.plan import CONDITIONS, RECORDS
 from studies.report import write_report
@@ -95,6 +98,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="tuning.json files: check each variant's rate is the chosen one",
     )
     add_tune(commands)
+    add_choose(commands)
     add_plateau(commands)
     add_pictures(commands)
     return parser.parse_args(argv)
@@ -125,6 +129,17 @@ def add_tune(commands) -> None:
     tune.add_argument("--rates", type=float, nargs="+", default=list(DEFAULT_RATES))
     tune.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     tune.add_argument("overrides", nargs="*", help="Hydra overrides of every run, after --")
+
+
+def add_choose(commands) -> None:
+    """The command line of `choose`."""
+    choose = commands.add_parser("choose", help="a setting's value (SHAPE's K) by dev PPL")
+    choose.add_argument("--setting", required=True, help="the key, e.g. position.max_shift")
+    choose.add_argument("--rate", type=float, required=True, help="the grids' optim.lr_scale")
+    choose.add_argument(
+        "--tunings", type=Path, nargs="+", required=True, help="one tuning.json per value"
+    )
+    choose.add_argument("--out", type=Path, help="report folder (choice.json, choice.md)")
 
 
 def add_plateau(commands) -> None:
@@ -177,6 +192,8 @@ def main(argv: list[str] | None = None):
             root=args.root,
         )
         return tune(args.stores, protocol, None if args.plan else args.out)
+    if args.command == "choose":
+        return choose_setting(args.setting, args.rate, args.tunings, args.out)
     if args.command == "pictures":
         return pictures(args.runs, args.out, args.split, args.positions, args.data_path)
     if args.command == "plateau":

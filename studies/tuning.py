@@ -683,7 +683,8 @@ def plot_tuning(result: dict, path: Path) -> None:
     ax.set_xlabel("optim.lr_scale (× the schedule's rate)")
     ax.set_ylabel("dev PPL at the last step")
     ax.set_title(f"Learning-rate grid: {result['experiment']} (ring: chosen; ×: diverged)")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a line where every grid seed ran some rate
+        ax.legend(fontsize=7)
     save(fig, path)
 
 
