@@ -17,7 +17,7 @@ from common.files import read_json, write_json, write_text
 from studies.tuning import (
     TuningError,
     math_differences,
-    ppl_cell,
+    point_cells,
     read_tuning_file,
     setting,
 )
@@ -145,15 +145,7 @@ def choice_markdown(result: dict) -> str:
     ]
     for variant, row in result["variants"].items():
         for point in row["values"]:
-            seeds = ", ".join(
-                f"{s}: {ppl_cell(math.inf if v is None else v)}"
-                for s, v in point["dev_ppl_by_seed"].items()
-            )
-            mean = point["mean"] if point["mean"] is not None or point["n"] == 0 else math.inf
             mark = "**chosen**" if row["complete"] else "chosen so far"
             mark = mark if point["value"] == row["chosen"] else ""
-            lines.append(
-                f"| {variant} | {point['value']} | {seeds or '—'} | {ppl_cell(mean)} "
-                f"| {point['n']} | {mark} |"
-            )
+            lines.append(f"| {variant} | {point['value']} | {point_cells(point)} | {mark} |")
     return "\n".join(lines) + "\n"

@@ -619,6 +619,16 @@ def ppl_cell(value: float | None) -> str:
     return "inf (diverged)" if not math.isfinite(value) else f"{value:.2f}"
 
 
+def point_cells(point: dict) -> str:
+    """A tuning.json point's 'dev PPL by seed | mean | n' cells (diverged: inf)."""
+    seeds = ", ".join(
+        f"{s}: {ppl_cell(math.inf if v is None else v)}"
+        for s, v in point["dev_ppl_by_seed"].items()
+    )
+    mean = point["mean"] if point["mean"] is not None or point["n"] == 0 else math.inf
+    return f"{seeds or '—'} | {ppl_cell(mean)} | {point['n']}"
+
+
 def tuning_markdown(result: dict) -> str:
     """tuning.md: dev PPL per variant and rate, the chosen rate, what is left to run."""
     steps = ", ".join(map(str, result["max_steps"])) or "—"
@@ -633,17 +643,9 @@ def tuning_markdown(result: dict) -> str:
     ]
     for variant, row in result["variants"].items():
         for point in row["rates"]:
-            seeds = ", ".join(
-                f"{s}: {ppl_cell(math.inf if v is None else v)}"
-                for s, v in point["dev_ppl_by_seed"].items()
-            )
-            mean = point["mean"] if point["mean"] is not None or point["n"] == 0 else math.inf
             chosen = "**chosen**" if row["complete"] else "chosen so far"
             mark = chosen if point["lr_scale"] == row["chosen_lr_scale"] else ""
-            lines.append(
-                f"| {variant} | {point['lr_scale']:g} | {seeds or '—'} | {ppl_cell(mean)} "
-                f"| {point['n']} | {mark} |"
-            )
+            lines.append(f"| {variant} | {point['lr_scale']:g} | {point_cells(point)} | {mark} |")
     lines += ["", "| variant | chosen | at an edge | final |", "|---|---|---|---|"]
     for variant, row in result["variants"].items():
         chosen = "—" if row["chosen_lr_scale"] is None else f"{row['chosen_lr_scale']:g}"
