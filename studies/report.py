@@ -70,8 +70,9 @@ def rate_cell(row: dict, checked: bool) -> str:
         return text
     if chosen is None:
         return f"{text} (none chosen yet)"
+    word = "chosen" if row.get("chosen_final") else "chosen so far"
     where = f" at {steps} steps" if steps else ""
-    return f"{text} (chosen{where})" if chosen == rate else f"{text} (≠ chosen ×{chosen:g}{where})"
+    return f"{text} ({word}{where})" if chosen == rate else f"{text} (≠ {word} ×{chosen:g}{where})"
 
 
 def provenance_line(runs: list[dict], key: str, what: str) -> str:
@@ -145,6 +146,7 @@ def table3(
         choice = (chosen or {}).get(row["variant"])
         row["chosen_lr_scale"] = None if choice is None else choice.lr_scale
         row["chosen_at"] = None if choice is None else choice.max_steps  # the grid's budget
+        row["chosen_final"] = choice is not None and choice.complete
     base = by_variant.get(baseline, [])
     for diff in result["differences"]:
         other = by_variant[diff["variant"]]
