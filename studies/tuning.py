@@ -510,7 +510,8 @@ class TunedRates:
 
     paths: tuple[Path, ...]
     experiment: str  # configs/experiment/<name> every grid run composed
-    overrides: tuple[str, ...]  # the first file's Hydra overrides (besides rate and seed)
+    overrides: tuple[str, ...]  # the Hydra overrides (besides rate and seed) of the grid at
+    # the longest budget (the others may differ from them in KEEP_THE_MATH settings only)
     max_steps: tuple[int, ...]  # the grid runs' budgets
     choices: dict[str, Choice]
 
@@ -599,7 +600,8 @@ def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
                 f"({'; '.join(changed)}): pass tuning.json files of one experiment and settings "
                 "(budgets may differ)"
             )
-    for file in sorted(files, key=lambda f: max(f.max_steps, default=0)):
+    files.sort(key=lambda f: max(f.max_steps, default=0))  # the longest budget last
+    for file in files:
         for variant, choice in file.choices.items():
             before = choices.get(variant)
             if before is not None and before.max_steps == choice.max_steps:
@@ -609,7 +611,7 @@ def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
                 )
             choices[variant] = choice
     budgets = tuple(sorted({b for f in files for b in f.max_steps}))
-    return TunedRates(tuple(paths), first.experiment, first.overrides, budgets, choices)
+    return TunedRates(tuple(paths), first.experiment, files[-1].overrides, budgets, choices)
 
 
 def ppl_cell(value: float | None) -> str:

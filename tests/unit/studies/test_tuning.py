@@ -195,6 +195,7 @@ def test_a_check_at_the_final_budget_overrides_the_grids_choice(tmp_path):
         tuned = read_tuned_rates(order)
         assert tuned.final_rate("sinusoidal") == 1.0 and tuned.max_steps == (2000, 8000)
         assert tuned.choices["sinusoidal"].source == files[1]
+        assert tuned.overrides == ("trainer.max_steps=8000",)  # the longest budget's grid
     (tmp_path / "final" / "lr2.0" / "all" / "sinusoidal" / "seed-2" / "metrics.json").unlink()
     shifted = tune(stores, check, None, echo=print)  # x1 wins with x2 not full: not final
     assert not shifted["variants"]["sinusoidal"]["complete"]
