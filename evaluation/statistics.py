@@ -10,9 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
-from scipy import stats
+from scipy import optimize, stats
 from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.power import TTestPower
 from statsmodels.stats.weightstats import ttost_paired
 
 from common.errors import UserError
@@ -197,16 +196,43 @@ class Power:
     seeds_for_one: int | None  # seeds needed to detect a difference of 1.0 at that power
 
 
+def t_power(effect_size: float, nobs: float, alpha: float) -> float:
+    """Power of a two-sided one-sample (paired) t-test at that effect size (mean / SD), from
+    scipy's noncentral t. Its lower tail is NaN in scipy where the noncentrality is large (as in
+    statsmodels' TTestPower, which adds it): there it is below 1e-15 and counts as 0."""
+    df, nc = nobs - 1, effect_size * math.sqrt(nobs)
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    lower = stats.nct.cdf(-crit, df, nc)
+    return float(stats.nct.sf(crit, df, nc) + (0.0 if math.isnan(lower) else lower))
+
+
+def solve_up(short, low: float, most: float) -> float | None:
+    """The root of an increasing short() above low (brentq), None where it stays < 0 to most."""
+    if short(low) >= 0:
+        return low
+    high = 2 * low
+    while short(high) < 0:
+        if high >= most:
+            return None
+        high = min(2 * high, most)
+    return float(optimize.brentq(short, low, high))
+
+
 def power_statement(sd: float | None, n: int, power: float = 0.8, alpha: float = 0.05) -> Power:
-    """The effect a two-sided paired t-test over n seeds detects (statsmodels TTestPower)."""
+    """The effect a two-sided paired t-test over n seeds detects at that power, and the seeds a
+    difference of 1.0 needs (t_power solved by scipy's brentq)."""
     if sd is None or n < 2 or sd == 0:
         return Power(n, sd, power, alpha, None, None)
-    solver = TTestPower()
-    effect = solver.solve_power(nobs=n, alpha=alpha, power=power, alternative="two-sided")
-    needed = solver.solve_power(
-        effect_size=1.0 / sd, alpha=alpha, power=power, alternative="two-sided"
+    effect = solve_up(lambda e: t_power(e, n, alpha) - power, 1e-6, 1e6)
+    needed = solve_up(lambda m: t_power(1.0 / sd, m, alpha) - power, 2, 1e7)
+    return Power(
+        n,
+        sd,
+        power,
+        alpha,
+        None if effect is None else effect * sd,
+        None if needed is None else math.ceil(needed),
     )
-    return Power(n, sd, power, alpha, float(effect * sd), max(2, math.ceil(float(needed))))
 
 
 def sentence_statistics(hyps: list[str], refs: list[str]) -> np.ndarray:

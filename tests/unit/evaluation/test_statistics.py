@@ -172,6 +172,11 @@ def test_power_statement_is_the_effect_detected_at_that_power():
     assert power_statement(sd=1.1, n=8).detectable < got.detectable
     assert power_statement(None, 3).detectable is None
     assert power_statement(1.0, 1).detectable is None
+    two = power_statement(sd=1.1, n=2)  # 2 seeds: an effect size past 10
+    assert two.detectable > 10 * 1.1 and power(two.detectable, 2) == pytest.approx(0.8, abs=1e-4)
+    assert two.seeds_for_one == got.seeds_for_one  # what more seeds need does not depend on n
+    assert power_statement(sd=0.02, n=2).seeds_for_one == 2  # 2 seeds already detect 1.0
+    assert power_statement(sd=1e4, n=3).seeds_for_one is None  # no count below 10^7 does
 
 
 def toy_corpus(seed: int, drop: float, n: int = 40) -> tuple[list[str], list[str]]:
