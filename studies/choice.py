@@ -16,6 +16,7 @@ from pathlib import Path
 from common.files import read_json, write_json, write_text
 from studies.tuning import (
     TuningError,
+    grid_head,
     math_differences,
     point_cells,
     read_tuning_file,
@@ -62,7 +63,7 @@ def check_one_grid(paths: Sequence[Path], key: str) -> None:
         changed = (
             math_differences(
                 first.experiment, without(first.overrides, key), without(file.overrides, key)
-            )  # fmt: skip
+            )
             if file.experiment == first.experiment
             else [f"experiment: {first.experiment} -> {file.experiment}"]
         )
@@ -133,16 +134,8 @@ def choose_setting(
 
 def choice_markdown(result: dict) -> str:
     """choice.md: per variant and value, the seeds' dev PPL, the mean and the choice."""
-    steps = ", ".join(map(str, result["max_steps"])) or "—"
-    lines = [
-        f"# {result['setting']} chosen on dev: ×{result['lr_scale']:g}, {steps} steps, seeds "
-        f"{', '.join(map(str, result['seeds']))}",
-        "",
-        f"Chosen per variant: {result['criterion']}.",
-        "",
-        f"| variant | {result['setting']} | dev PPL by seed | mean | n | |",
-        "|---|---|---|---|---|---|",
-    ]
+    title = f"{result['setting']} chosen on dev: ×{result['lr_scale']:g}"
+    lines = grid_head(title, result, result["setting"])
     for variant, row in result["variants"].items():
         for point in row["values"]:
             mark = "**chosen**" if row["complete"] else "chosen so far"

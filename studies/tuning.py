@@ -631,18 +631,23 @@ def point_cells(point: dict) -> str:
     return f"{seeds or '—'} | {ppl_cell(mean)} | {point['n']}"
 
 
-def tuning_markdown(result: dict) -> str:
-    """tuning.md: dev PPL per variant and rate, the chosen rate, what is left to run."""
+def grid_head(title: str, result: dict, column: str) -> list[str]:
+    """The title (with the grid's steps and seeds), the criterion and the table's head."""
     steps = ", ".join(map(str, result["max_steps"])) or "—"
-    lines = [
-        f"# Learning-rate tuning: {result['experiment']}, {steps} steps, seeds "
-        f"{', '.join(map(str, result['seeds']))}",
+    seeds = ", ".join(map(str, result["seeds"]))
+    return [
+        f"# {title}, {steps} steps, seeds {seeds}",
         "",
         f"Chosen per variant: {result['criterion']}.",
         "",
-        "| variant | optim.lr_scale | dev PPL by seed | mean | n | |",
+        f"| variant | {column} | dev PPL by seed | mean | n | |",
         "|---|---|---|---|---|---|",
     ]
+
+
+def tuning_markdown(result: dict) -> str:
+    """tuning.md: dev PPL per variant and rate, the chosen rate, what is left to run."""
+    lines = grid_head(f"Learning-rate tuning: {result['experiment']}", result, "optim.lr_scale")
     for variant, row in result["variants"].items():
         for point in row["rates"]:
             chosen = "**chosen**" if row["complete"] else "chosen so far"
