@@ -103,8 +103,11 @@ def test_each_committed_record_s_retrain_command_composes_to_its_config():
     assert final and {r.condition for r in study} == {"all", "short", "joined"}
     for record in [*final, *study[::7]]:
         composes_to_its_config(record, multi30k=True)
-    command = retrain_command(final[0])
-    assert command.endswith(f"seed={final[0].seed} optim.lr_scale=0.5 trainer.max_steps=8000")
+    for record in final:  # the rate named where it is not the configs' (x1), and the budget
+        command = retrain_command(record)
+        rate = OmegaConf.load(Path(record.run_dir) / ".hydra" / "config.yaml").optim.lr_scale
+        named = "" if rate == 1.0 else f" optim.lr_scale={rate}"
+        assert command.endswith(f"seed={record.seed}{named} trainer.max_steps=8000"), command
     assert retrain_command(study[0]) == (
         "python train.py experiment=pe_study_multi30k position=alibi seed=1"
     )
