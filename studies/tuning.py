@@ -388,14 +388,21 @@ def budget_tag(protocol: Protocol) -> str:
 
 
 def study_store(
-    rate: float, runs: Sequence[GridRun], stores: Sequence[Path], budget: str = ""
+    rate: float,
+    runs: Sequence[GridRun],
+    stores: Sequence[Path],
+    budget: str = "",
+    variants: Sequence[str] = (),
 ) -> tuple[str, str]:
-    """(--root, --records) of the study's runs at a rate: the store that holds some, else
-    results/pe_study_lr<rate><budget>/runs (results/pe_study<budget>/runs at 1.0; budget:
+    """(--root, --records) of the study's runs of variants at a rate: the store that holds runs
+    at that rate and none of these variants at another (a store holds a variant at one rate),
+    else results/pe_study_lr<rate><budget>/runs (results/pe_study<budget>/runs at 1.0; budget:
     budget_tag's '_<N>steps' or '')."""
     root = ("outputs/study" if rate == 1.0 else f"outputs/study_lr{rate_tag(rate)}") + budget
     for store in stores:
-        if any(r.lr_scale == rate and Path(store) in r.path.parents for r in runs):
+        held = [r for r in runs if Path(store) in r.path.parents]
+        other = any(r.variant in variants and r.lr_scale != rate for r in held)
+        if any(r.lr_scale == rate for r in held) and not other:
             return root, in_checkout(Path(store))
     if rate == 1.0 and not budget:
         return root, str(RECORDS.relative_to(ROOT))
@@ -415,9 +422,10 @@ def plan_commands(
     for rate in sorted({m.lr_scale for m in missing}):
         here = [m for m in missing if m.lr_scale == rate]
         if protocol.experiment is None:
-            root, store = study_store(rate, runs, stores, budget_tag(protocol))
+            variants = sorted({m.variant for m in here})
+            root, store = study_store(rate, runs, stores, budget_tag(protocol), variants)
             words = ["python", "scripts/study.py", "run", "--condition", protocol.condition]
-            words += ["--variants", *sorted({m.variant for m in here})]
+            words += ["--variants", *variants]
             words += ["--seeds", *map(str, sorted({m.seed for m in here}))]
             words += ["--jobs", "2", "--root", root, "--records", store, "--"]
             commands.append(

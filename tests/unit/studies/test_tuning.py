@@ -15,6 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from studies.tuning import (
+    GridRun,
     PlateauRun,
     Protocol,
     TuningError,
@@ -344,5 +345,10 @@ def test_plan_commands_name_stores_inside_the_checkout_relative_to_it(tmp_path):
         "outputs/study_lr2_8000steps",
         "results/pe_study_lr2_8000steps/runs",
     )
+    a, b = tmp_path / "a", tmp_path / "b"  # a: sinusoidal x0.5, learned x1; b: sinusoidal x1
+    held = [(a, "sinusoidal", 0.5), (a, "learned", 1.0), (b, "sinusoidal", 1.0)]
+    runs = [GridRun(s / "all" / v / "seed-1", v, r, 1, 8000, 7.0, False, {}) for s, v, r in held]
+    for variant, store in (("sinusoidal", b), ("learned", a)):  # a store: a variant at one rate
+        assert study_store(1.0, runs, [a, b], "", [variant]) == ("outputs/study", str(store))
     assert budget_tag(Protocol(overrides=("trainer.max_steps=8000",))) == "_8000steps"
     assert budget_tag(Protocol(overrides=("trainer.eval_every=500",))) == ""
