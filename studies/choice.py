@@ -51,11 +51,13 @@ def without(overrides: Sequence[str], key: str) -> list[str]:
     return [o for o in overrides if setting(o) != key]
 
 
-def check_one_grid(paths: Sequence[Path], key: str) -> None:
-    """Refuse files of other experiments, budgets or settings than the key, or one value twice."""
-    files = [read_tuning_file(p) for p in paths]
+def check_one_grid(paths: Sequence[Path], key: str) -> list[dict]:
+    """The files as read; refused where they are of other experiments, budgets or settings than
+    the key, or give one value twice."""
+    files = [read_tuning_file(p) for p in paths]  # a missing or foreign file: one line
+    results = [read_json(p) for p in paths]
     first, seen = files[0], {}
-    for path, file in zip(paths, files, strict=True):
+    for path, file, result in zip(paths, files, results, strict=True):
         value = setting_value(path, file.overrides, key)
         if value in seen:
             raise TuningError(f"{seen[value]} and {path} both set {key}={value}: pass one of them")
@@ -68,13 +70,14 @@ def check_one_grid(paths: Sequence[Path], key: str) -> None:
             else [f"experiment: {first.experiment} -> {file.experiment}"]
         )
         for what in ("max_steps", "seeds"):
-            mine, theirs = read_json(paths[0])[what], read_json(path)[what]
+            mine, theirs = results[0][what], result[what]
             changed += [f"{what}: {mine} -> {theirs}"] if mine != theirs else []
         if changed:
             raise TuningError(
                 f"{path} tuned another configuration than {paths[0]} besides {key} "
                 f"({'; '.join(changed)}): pass tuning.json files of one grid"
             )
+    return results
 
 
 def value_point(path: Path, result: dict, variant: str, rate: float, value: str) -> ValuePoint:
@@ -97,8 +100,7 @@ def choose_setting(
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise TuningError(f"--tunings: pass 2 or more tuning.json files (one per {key})")
-    check_one_grid(paths, key)
-    results = [read_json(p) for p in paths]
+    results = check_one_grid(paths, key)
     seeds = results[0]["seeds"]
     variants = dict.fromkeys(v for r in results for v in r["variants"])
     rows = {}
