@@ -411,6 +411,47 @@ def pictures_line(out: Path) -> str:
     )
 
 
+def write_extrapolation(records: list[StudyRecord], out: Path) -> tuple[dict, dict]:
+    """The concatenation test and the per-bucket table (short vs all), with their plots."""
+    concat = concat_table(records)
+    write_json(out / "concat.json", concat)
+    write_text(out / "concat.md", concat_markdown(concat))
+    plot_bleu_vs_k(concat, out / "bleu_vs_k.png")
+    buckets = bucket_table(records)
+    write_json(out / "buckets.json", buckets)
+    write_text(out / "buckets.md", bucket_markdown(buckets))
+    if buckets["rows"]:
+        plot_bucket_ratio(buckets, out / "bucket_ratio.png")
+    return concat, buckets
+
+
+def readme_lines(out: Path, runs: dict) -> list[str]:
+    """The report's README: its note, links to each table, and where the runs came from."""
+    scored, missing, unscored = runs["runs"], runs["missing"], runs["unscored"]
+    return [
+        f"# The position-encoding study: {len(scored)} scored runs",
+        "",
+        *note_lines(out),
+        "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
+        "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
+        "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
+        pictures_line(out),
+        "",
+        f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
+        f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
+        "",
+        provenance_line(scored, "hardware", "on")
+        + " One seed on two machines agrees only up to float32 rounding, then drifts apart.",
+        provenance_line(scored, "code", "with"),
+        "",
+        "Each run's `train.py` command, which composes to the config it trained with (paths "
+        "and Multi30k's source aside), is its `command` in runs.json; e.g. "
+        f"`{scored[0]['command']}`."
+        if scored
+        else "",
+    ]
+
+
 def write_report(
     root: Path,
     out: Path,
@@ -441,15 +482,7 @@ def write_report(
             f"or scores them): {', '.join(unscored)}"
         )
     table = table3(records, out, resamples, rates=rates, chosen=chosen)
-    concat = concat_table(records)
-    write_json(out / "concat.json", concat)
-    write_text(out / "concat.md", concat_markdown(concat))
-    plot_bleu_vs_k(concat, out / "bleu_vs_k.png")
-    buckets = bucket_table(records)
-    write_json(out / "buckets.json", buckets)
-    write_text(out / "buckets.md", bucket_markdown(buckets))
-    if buckets["rows"]:
-        plot_bucket_ratio(buckets, out / "bucket_ratio.png")
+    concat, buckets = write_extrapolation(records, out)
     runs = {
         "runs": [
             {k: getattr(r, k) for k in ("condition", "variant", "seed", "step", "dev_ppl")}
@@ -461,29 +494,7 @@ def write_report(
         "missing": missing,
     }
     write_json(out / "runs.json", runs)
-    lines = [
-        f"# The position-encoding study: {len(records)} scored runs",
-        "",
-        *note_lines(out),
-        "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
-        "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
-        "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
-        pictures_line(out),
-        "",
-        f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
-        f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
-        "",
-        provenance_line(runs["runs"], "hardware", "on")
-        + " One seed on two machines agrees only up to float32 rounding, then drifts apart.",
-        provenance_line(runs["runs"], "code", "with"),
-        "",
-        "Each run's `train.py` command, which composes to the config it trained with (paths "
-        "and Multi30k's source aside), is its `command` in runs.json; e.g. "
-        f"`{runs['runs'][0]['command']}`."
-        if runs["runs"]
-        else "",
-    ]
-    write_text(out / "README.md", "\n".join(lines) + "\n")
+    write_text(out / "README.md", "\n".join(readme_lines(out, runs)) + "\n")
     if table:
         echo(table3_markdown(table))
     echo(f"written: {out}/ (README.md, table3.md, compare.json, concat.json, buckets.json, plots)")
