@@ -6,7 +6,8 @@
         [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
         [--tuning results/pe_tuning/tuning.json ...]
-    python scripts/study.py tune [--stores S ...] [--out results/pe_tuning] [--plan]
+    python scripts/study.py tune [--stores S ...] [--out results/pe_tuning]
+        [--plan | --launch [--launcher basic|submitit_local|slurm] [--jobs N]]
         [--condition all | --experiment E [--root outputs/tuning]] [--variants V ...]
         [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
     python scripts/study.py choose --setting KEY --rate R --tunings T T [...] [--out FOLDER]
@@ -24,7 +25,8 @@ of several tuning.json, the one at the longest budget that tuned the variant: a 
 budget overrides the grid's choice).
 `report` writes the tables, JSON and plots of every scored run.
 `tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
-(`--plan`: print the commands of the grid points not run yet), `choose` another setting's value
+(`--plan`: print the commands of the grid points not run yet; `--launch`: train them through
+Hydra's launcher, then choose), `choose` another setting's value
 (SHAPE's K) from one tuning.json per value (studies/choice.py), and `plateau` the step budget
 from runs' dev PPL curves (studies/tuning.py).
 """
@@ -38,10 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from common.errors import report_user_errors
 from studies.choice import choose_setting
+from studies.grid import ROUNDS, launch_grid
 from studies.pictures import pictures
-from studies.plan import CONDITIONS, RECORDS
+from studies.plan import CONDITIONS, LAUNCHERS, RECORDS
 from studies.report import write_report
-from studies.runner import LAUNCHERS, run_study
+from studies.runner import run_study, training_overrides
 from studies.tuning import DEFAULT_RATES, DEFAULT_SEEDS, Protocol, plateau, tune
 
 
@@ -101,7 +104,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add_choose(commands)
     add_plateau(commands)
     add_pictures(commands)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.command == "tune" and not args.launch and (args.launcher or args.jobs != 1):
+        parser.error("tune: --launcher and --jobs go with --launch (train the missing points)")
+    if args.command == "tune" and args.rounds < 1:
+        parser.error(f"tune: --rounds {args.rounds}: pass 1 or more")
+    return args
 
 
 def add_tune(commands) -> None:
@@ -115,7 +123,22 @@ def add_tune(commands) -> None:
         "results/pe_study/runs and results/pe_study_lr*/runs; with --experiment <root>/lr*)",
     )
     tune.add_argument("--out", type=Path, default=Path("results/pe_tuning"), help="report folder")
-    tune.add_argument("--plan", action="store_true", help="print the missing runs; write nothing")
+    mode = tune.add_mutually_exclusive_group()
+    mode.add_argument("--plan", action="store_true", help="print the missing runs; write nothing")
+    mode.add_argument(
+        "--launch",
+        action="store_true",
+        help="train the missing runs through --launcher, then choose (studies/grid.py)",
+    )
+    tune.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        help="with --launch: Hydra launcher (default: basic, or submitit_local with --jobs)",
+    )
+    tune.add_argument("--jobs", type=int, default=1, help="with --launch: runs at a time")
+    tune.add_argument(
+        "--rounds", type=int, default=ROUNDS, help="with --launch: at most N launch rounds"
+    )
     tune.add_argument(
         "--condition", default="all", choices=sorted(CONDITIONS), help="study condition"
     )
@@ -182,16 +205,23 @@ def main(argv: list[str] | None = None):
             tuning=args.tuning,
         )
     if args.command == "tune":
+        training = training_overrides(args.overrides) if args.launch else args.overrides
         protocol = Protocol(
             condition=args.condition,
             experiment=args.experiment,
-            overrides=tuple(args.overrides),
+            overrides=tuple(training),
             variants=tuple(args.variants) if args.variants else None,
             rates=tuple(args.rates),
             seeds=tuple(args.seeds),
             root=args.root,
         )
-        return tune(args.stores, protocol, None if args.plan else args.out)
+        if not args.launch:
+            return tune(args.stores, protocol, None if args.plan else args.out)
+        launcher = args.launcher or ("basic" if args.jobs == 1 else "submitit_local")
+        hydra = [o for o in args.overrides if o not in training]  # the launcher's, not the runs'
+        return launch_grid(
+            args.stores, protocol, args.out, launcher, args.jobs, hydra, rounds=args.rounds
+        )
     if args.command == "choose":
         return choose_setting(args.setting, args.rate, args.tunings, args.out)
     if args.command == "pictures":

@@ -10,6 +10,7 @@ kept in the record store (studies/records.py) and reported (studies/report.py); 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,42 @@ class Job:
 def run_dir_of(root: Path, condition: str, variant: str, seed: int) -> Path:
     """<root>/<condition>/<variant>/seed-<seed>."""
     return Path(root) / condition / variant / f"seed-{seed}"
+
+
+LAUNCHERS = ("basic", "submitit_local", "slurm")  # configs/hydra/launcher and Hydra's own
+# submitit_local's default limit is 60 minutes a job; a study run may take hours on a CPU
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60
+
+
+def multirun_command(
+    experiment: str,
+    variants: Sequence[str],
+    seeds: Sequence[int],
+    sweep_dir: Path,
+    launcher: str,
+    jobs: int,
+    overrides: Sequence[str],
+) -> list[str]:
+    """`python train.py --multirun ...` training every variant x seed of one experiment into
+    <sweep_dir>/<variant>/seed-<s> through a Hydra launcher (jobs: SLURM's array parallelism)."""
+    settings = {
+        "basic": [],
+        "submitit_local": [f"hydra.launcher.timeout_min={LOCAL_TIMEOUT_MIN}"],
+        "slurm": [f"hydra.launcher.array_parallelism={jobs}"],
+    }[launcher]
+    return [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--multirun",
+        f"hydra/launcher={launcher}",
+        *settings,
+        f"experiment={experiment}",
+        f"position={','.join(variants)}",
+        f"seed={','.join(map(str, seeds))}",
+        f"hydra.sweep.dir={sweep_dir}",
+        "hydra.sweep.subdir=${hydra.runtime.choices.position}/seed-${seed}",
+        *overrides,
+    ]
 
 
 def planned_jobs(

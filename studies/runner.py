@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +24,12 @@ from common.configs import compose_config
 from common.errors import UserError, first_line
 from studies.plan import (
     CONDITIONS,
+    LAUNCHERS,
     ROOT,
     Job,
     StudyError,
     condition_max_words,
+    multirun_command,
     planned_jobs,
     run_dir_of,
 )
@@ -41,10 +42,6 @@ from studies.records import (
 )
 from studies.scoring import score_job
 from studies.tuning import TunedRates, math_differences, rate_text, read_tuned_rates, setting
-
-LAUNCHERS = ("basic", "submitit_local", "slurm")
-# submitit_local's default limit is 60 minutes a job; a study run may take hours on a CPU
-LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 
 
 @dataclass(frozen=True)
@@ -149,25 +146,11 @@ def sweep_command(
     sweep: Sweep, root: Path, launcher: str, jobs: int, overrides: Sequence[str]
 ) -> list[str]:
     """`python train.py --multirun ...` training one sweep into <root>/<condition>/<v>/seed-<s>."""
-    settings = {
-        "basic": [],
-        "submitit_local": [f"hydra.launcher.timeout_min={LOCAL_TIMEOUT_MIN}"],
-        "slurm": [f"hydra.launcher.array_parallelism={jobs}"],
-    }[launcher]
-    return [
-        sys.executable,
-        str(ROOT / "train.py"),
-        "--multirun",
-        f"hydra/launcher={launcher}",
-        *settings,
-        f"experiment={CONDITIONS[sweep.condition]}",
-        f"position={','.join(sweep.variants)}",
-        f"seed={','.join(map(str, sweep.seeds))}",
-        f"hydra.sweep.dir={root / sweep.condition}",
-        "hydra.sweep.subdir=${hydra.runtime.choices.position}/seed-${seed}",
-        *overrides,
-        *rate_override(sweep.lr_scale),
-    ]
+    experiment, sweep_dir = CONDITIONS[sweep.condition], root / sweep.condition
+    overrides = [*overrides, *rate_override(sweep.lr_scale)]
+    return multirun_command(
+        experiment, sweep.variants, sweep.seeds, sweep_dir, launcher, jobs, overrides
+    )
 
 
 def launch(sweep: Sweep, root: Path, launcher: str, jobs: int, overrides, say) -> int:

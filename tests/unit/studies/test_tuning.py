@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from studies.grid import launch_grid
 from studies.tuning import (
     GridRun,
     PlateauRun,
@@ -248,9 +249,9 @@ def test_overrides_the_records_were_not_trained_with_are_refused(tmp_path):
         tune([STORE], Protocol(seeds=(1,)), None, echo=lambda _: None)
 
 
-def test_a_users_own_experiment_plans_trains_and_tunes(tmp_path, capsys, cache_dir):
-    """--plan's train.py commands, run as printed, make the runs that tune then reads."""
-    tiny = [
+def tiny_quickstart(cache_dir) -> list[str]:
+    """The quickstart experiment shrunk to seconds: 2,000 toy pairs, a tiny model, 20 steps."""
+    return [
         f"cache_dir={cache_dir}",
         "data.corpus.train_size=2000",
         "data.vocab_size=400",
@@ -263,6 +264,12 @@ def test_a_users_own_experiment_plans_trains_and_tunes(tmp_path, capsys, cache_d
         "trainer.eval_every=10",
         "trainer.eval_bleu_sentences=5",
     ]
+
+
+def test_a_users_own_experiment_plans_trains_launches_and_tunes(tmp_path, capsys, cache_dir):
+    """--plan's train.py commands, run as printed, make the runs tune reads; --launch trains the
+    rest (and the rate past the edge) through Hydra's launcher into the folders the plan names."""
+    tiny = tiny_quickstart(cache_dir)
     grid = ["--experiment", "quickstart", "--variants", "sinusoidal", "--rates", "0.5", "1"]
     grid += ["--seeds", "1", "2", "--root", str(tmp_path / "grid")]
     main = script_main("study")
@@ -270,23 +277,38 @@ def test_a_users_own_experiment_plans_trains_and_tunes(tmp_path, capsys, cache_d
     commands = [c for c in capsys.readouterr().out.splitlines() if c.startswith("python train.py")]
     assert len(commands) == 4 and not (tmp_path / "grid").exists()
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    for command in commands:
+    by_hand = [c for c in commands if not c.endswith("lr1/quickstart/sinusoidal/seed-2")]
+    for command in by_hand:  # 3 of the 4 points, as printed
         words = shlex.split(command)
         subprocess.run(
             [sys.executable, *words[1:]], cwd=ROOT, env=env, check=True, capture_output=True
         )
-    result = main(["tune", *grid, "--out", str(tmp_path / "out"), "--", *tiny])
     runs = {
         rate: [tmp_path / "grid" / tag / "quickstart" / "sinusoidal" / f"seed-{s}" for s in (1, 2)]
-        for rate, tag in ((0.5, "lr05"), (1.0, "lr1"))
+        for rate, tag in ((0.25, "lr025"), (0.5, "lr05"), (1.0, "lr1"))
     }
+    trained = {d: (d / "metrics.json").stat().st_mtime_ns for d in [*runs[0.5], runs[1.0][0]]}
+    with pytest.raises(SystemExit):  # a launcher without --launch: refused by the parser
+        main(["tune", "--launcher", "basic", *grid, "--", *tiny])
+    assert "--launch" in capsys.readouterr().err
+    protocol = Protocol(
+        experiment="quickstart", overrides=tuple(tiny), variants=("sinusoidal",),
+        rates=(0.5, 1.0), root=tmp_path / "grid",
+    )  # fmt: skip
+    lines = []
+    result = launch_grid(None, protocol, tmp_path / "out", echo=lines.append, rounds=1)
+    assert {d: (d / "metrics.json").stat().st_mtime_ns for d in trained} == trained
+    launched = [line for line in lines if "train.py --multirun" in line]
+    # ×0.5 is the only complete rate, an edge: ×0.25 joins the grid; ×1 lacks seed 2
+    assert len(launched) == 2
+    assert "seed=1,2" in launched[0] and launched[0].endswith("optim.lr_scale=0.25")
+    assert "seed=2 " in launched[1] and launched[1].endswith("optim.lr_scale=1.0")
     means = {rate: mean_ppl(*dirs) for rate, dirs in runs.items()}
     row = result["variants"]["sinusoidal"]
     assert row["chosen_lr_scale"] == min(means, key=means.get)
-    beyond = {0.5: 0.25, 1.0: 2.0}[row["chosen_lr_scale"]]  # two rates: the best is an edge
-    assert [m["lr_scale"] for m in result["missing"]] == [beyond, beyond]
-    assert all(f"optim.lr_scale={beyond!r}" in c for c in result["commands"])
-    assert all(c.startswith("python train.py experiment=quickstart") for c in result["commands"])
+    assert [p["lr_scale"] for p in row["rates"]] == [0.25, 0.5, 1.0]
+    written = json.loads((tmp_path / "out" / "tuning.json").read_text())
+    assert written["variants"]["sinusoidal"] == row
     out = plateau(runs[1.0], tmp_path / "plateau", 0.02, echo=lambda _: None)
     assert [r["curve"][-1][0] for r in out["runs"]] == [20, 20]
     assert all(len(r["curve"]) == 2 for r in out["runs"])

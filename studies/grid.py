@@ -1,0 +1,129 @@
+"""Launching a tuning grid (`study.py tune --launch`): the missing points trained through Hydra's
+launcher (here one after the other, N at a time, or on SLURM), then the choice, in one command.
+
+Each round reads the stores as `tune` does, trains the points its plan lists (the grid, the
+chosen rate's neighbours, the rate beyond an edge), one `train.py --multirun` per rate and set of
+seeds (an experiment's runs into <root>/lr<rate>/<experiment>/<variant>/seed-<s>, the folders
+`tune --plan` names) or one `study.py run` per rate (a study condition: scored and recorded in
+the store the plan names), until no point is missing; then `tune` writes tuning.json.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from studies.plan import ROOT, Job, StudyError, multirun_command
+from studies.runner import Sweep, check_launch, run_study, sweeps
+from studies.tuning import (
+    GridRun,
+    MissingRun,
+    Protocol,
+    budget_tag,
+    default_stores,
+    rate_tag,
+    rate_text,
+    read_stores,
+    study_store,
+    tune,
+)
+
+ROUNDS = 4  # the grid, then up to three steps beyond an edge (×0.5 or ×2 each)
+
+
+def point_sweeps(missing: Sequence[MissingRun], protocol: Protocol, at_once: int | None):
+    """The launches that train the missing points: per rate, the variants needing the same
+    seeds together (at most at_once runs a launch: submitit_local starts them all at once)."""
+    result = []
+    for rate in sorted({m.lr_scale for m in missing}):
+        jobs = [
+            Job(protocol.folder, m.variant, m.seed, Path(m.variant) / f"seed-{m.seed}")
+            for m in missing
+            if m.lr_scale == rate
+        ]
+        result += [replace(s, lr_scale=rate) for s in sweeps(jobs, at_once)]
+    return result
+
+
+def launch_points(
+    sweep: Sweep,
+    protocol: Protocol,
+    runs: Sequence[GridRun],
+    stores: Sequence[Path],
+    launch: tuple[str, int, tuple[str, ...]],
+    echo: Callable[[str], None],
+) -> Path:
+    """Train one sweep's points; the run root they train in (read next round: a diverged run
+    is in no record store)."""
+    launcher, jobs, hydra = launch
+    rate = [f"optim.lr_scale={rate_text(sweep.lr_scale)}"]
+    if protocol.experiment is None:  # the study's own runner: trained, scored, recorded
+        root, store = study_store(
+            sweep.lr_scale, runs, stores, budget_tag(protocol), sweep.variants
+        )
+        try:
+            run_study(
+                ROOT / root,
+                [protocol.condition],
+                sweep.variants,
+                sweep.seeds,
+                jobs,
+                [*protocol.overrides, *rate, *hydra],
+                echo,
+                records=ROOT / store,
+                launcher=launcher,
+            )
+        except StudyError as e:  # a run failed (or diverged): the next round reads its folder
+            echo(f"tune: {e}")
+        return ROOT / root
+    root = Path(protocol.root).absolute() / f"lr{rate_tag(sweep.lr_scale)}"
+    overrides = [*protocol.overrides, *rate, *hydra]
+    command = multirun_command(
+        protocol.experiment, sweep.variants, sweep.seeds, root / protocol.experiment,
+        launcher, jobs, overrides,
+    )  # fmt: skip
+    echo("tune: " + shlex.join(["python", *command[1:]]))
+    status = subprocess.run(command, cwd=ROOT).returncode
+    if status != 0:
+        echo(f"tune: that sweep ended with exit status {status} (its output is above)")
+    return root
+
+
+def launch_grid(
+    stores: Sequence[Path] | None,
+    protocol: Protocol,
+    out: Path,
+    launcher: str = "basic",
+    jobs: int = 1,
+    hydra: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+    rounds: int = ROUNDS,
+) -> dict:
+    """Train the grid's missing points round by round, then choose (tune's tuning.json); hydra:
+    overrides of the launcher only (hydra.launcher.partition=...), never of the runs."""
+    check_launch(launcher, jobs, (), ())
+    roots: list[Path] = []
+    previous = None
+    for _ in range(rounds):
+        these = stores_now(stores, protocol, roots)
+        plan = tune(these, protocol, None, echo=lambda _: None)
+        missing = [MissingRun(m["variant"], m["lr_scale"], m["seed"]) for m in plan["missing"]]
+        if not missing or missing == previous:
+            break  # complete, or the last launches finished none of these: their logs say why
+        echo(f"tune: training {len(missing)} grid points")
+        runs, _ = read_stores(these, protocol.folder)
+        at_once = int(jobs) if launcher == "submitit_local" else None
+        for sweep in point_sweeps(missing, protocol, at_once):
+            root = launch_points(sweep, protocol, runs, these, (launcher, jobs, tuple(hydra)), echo)
+            roots += [] if root in roots else [root]
+        previous = missing
+    return tune(stores_now(stores, protocol, roots), protocol, out, echo)
+
+
+def stores_now(stores, protocol: Protocol, roots: Sequence[Path]) -> list[Path]:
+    """The stores named (or the defaults, as they are now), then the run roots launched into."""
+    named = default_stores(protocol) if stores is None else [Path(s) for s in stores]
+    return [*named, *(r for r in roots if r.is_dir() and r not in named)]
