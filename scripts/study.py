@@ -4,6 +4,8 @@
         [--launcher basic|submitit_local|slurm] [--jobs N] [--root outputs/study]
         [--records results/pe_study/runs] [--tuning results/pe_tuning/tuning.json ...]
         [-- hydra overrides for every run]
+    python scripts/study.py run --experiment E --tuning T [T ...] --seeds S [S ...] [--variants V]
+        [--launcher ...] [--jobs N] [--root outputs/study] [-- hydra overrides for every run]
     python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
         [--tuning results/pe_tuning/tuning.json ...]
     python scripts/study.py tune [--stores S ...] [--out results/pe_tuning]
@@ -22,7 +24,8 @@ time; slurm: a cluster), resumes unfinished runs, skips finished ones and those 
 holds, scores each run once here and keeps its record (no checkpoints) in the store (studies/);
 with --tuning, each variant at the rate `tune` chose for it (refused where the choice is not final;
 of several tuning.json, the one at the longest budget that tuned the variant: a check at the final
-budget overrides the grid's choice).
+budget overrides the grid's choice); with --experiment, any experiment's variants at the rates its
+`tune --experiment` chose, trained only (studies/grid.py).
 `report` writes the tables, JSON and plots of every scored run.
 `tune` chooses each variant's optim.lr_scale by mean dev PPL over a grid of rates and seeds
 (`--plan`: print the commands of the grid points not run yet; `--launch`: train them through
@@ -40,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from common.errors import report_user_errors
 from studies.choice import choose_setting
-from studies.grid import ROUNDS, launch_grid
+from studies.grid import ROUNDS, launch_grid, train_tuned
 from studies.pictures import pictures
 from studies.plan import CONDITIONS, LAUNCHERS, RECORDS
 from studies.report import write_report
@@ -61,9 +64,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument(
         "--condition",
         nargs="+",
-        default=["all"],
         choices=sorted(CONDITIONS),
         help="training conditions (default: all)",
+    )
+    run.add_argument(
+        "--experiment",
+        help="instead: the configs/experiment/<name> a --tuning file tuned (any experiment); "
+        "its runs are trained only, into <root>/<name>/<variant>/seed-<s>",
     )
     run.add_argument("--variants", nargs="+", help="position variants (default: the study's)")
     run.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the study's plan)")
@@ -105,6 +112,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add_plateau(commands)
     add_pictures(commands)
     args = parser.parse_args(argv)
+    if args.command == "run" and args.experiment:
+        if args.condition or args.records != RECORDS:
+            parser.error(
+                "run: --experiment trains any experiment's runs: drop --condition/--records"
+            )
+        if not (args.tuning and args.seeds):
+            parser.error("run: --experiment needs --tuning (its tune's tuning.json) and --seeds")
+    if args.command == "run" and not args.condition:
+        args.condition = ["all"]
     if args.command == "tune" and not args.launch and (args.launcher or args.jobs != 1):
         parser.error("tune: --launcher and --jobs go with --launch (train the missing points)")
     if args.command == "tune" and args.rounds < 1:
@@ -185,6 +201,11 @@ def add_pictures(commands) -> None:
     draw.add_argument("--data-path", help="the corpus folder, if it moved since training")
 
 
+def launcher_of(args: argparse.Namespace) -> str:
+    """--launcher, or its default: basic, or submitit_local with --jobs N > 1."""
+    return args.launcher or ("basic" if args.jobs == 1 else "submitit_local")
+
+
 @report_user_errors
 def main(argv: list[str] | None = None):
     """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
@@ -192,6 +213,11 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(  # train.py's and evaluate.py's progress lines, and each run's train.log
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
+    if args.command == "run" and args.experiment:
+        return train_tuned(
+            args.tuning, args.experiment, args.root, args.seeds, args.variants,
+            (launcher_of(args), args.jobs), args.overrides,
+        )  # fmt: skip
     if args.command == "run":
         return run_study(
             args.root,
@@ -201,7 +227,7 @@ def main(argv: list[str] | None = None):
             args.jobs,
             args.overrides,
             records=args.records,
-            launcher=args.launcher or ("basic" if args.jobs == 1 else "submitit_local"),
+            launcher=launcher_of(args),
             tuning=args.tuning,
         )
     if args.command == "tune":
@@ -217,10 +243,9 @@ def main(argv: list[str] | None = None):
         )
         if not args.launch:
             return tune(args.stores, protocol, None if args.plan else args.out)
-        launcher = args.launcher or ("basic" if args.jobs == 1 else "submitit_local")
         hydra = [o for o in args.overrides if o not in training]  # the launcher's, not the runs'
         return launch_grid(
-            args.stores, protocol, args.out, launcher, args.jobs, hydra, rounds=args.rounds
+            args.stores, protocol, args.out, launcher_of(args), args.jobs, hydra, rounds=args.rounds
         )
     if args.command == "choose":
         return choose_setting(args.setting, args.rate, args.tunings, args.out)

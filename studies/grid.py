@@ -1,5 +1,6 @@
 """Launching a tuning grid (`study.py tune --launch`): the missing points trained through Hydra's
-launcher (here one after the other, N at a time, or on SLURM), then the choice, in one command.
+launcher (here one after the other, N at a time, or on SLURM), then the choice, in one command;
+and the final runs of any experiment at the rates it chose (`study.py run --experiment`).
 
 Each round reads the stores as `tune` does, trains the points its plan lists (the grid, the
 chosen rate's neighbours, the rate beyond an edge), one `train.py --multirun` per rate and set of
@@ -16,17 +17,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from common.configs import compose_config
+from runs.resume import setting_differences
 from studies.plan import ROOT, Job, StudyError, multirun_command
-from studies.runner import Sweep, check_launch, run_study, sweeps
+from studies.records import finished_metrics, resolved_config
+from studies.runner import (
+    Sweep,
+    check_launch,
+    rate_override,
+    run_study,
+    sweeps,
+    training_overrides,
+    with_tuning,
+)
 from studies.tuning import (
     GridRun,
     MissingRun,
     Protocol,
     budget_tag,
     default_stores,
+    in_checkout,
+    math_differences,
     rate_tag,
     rate_text,
     read_stores,
+    read_tuned_rates,
     study_store,
     tune,
 )
@@ -127,3 +144,80 @@ def stores_now(stores, protocol: Protocol, roots: Sequence[Path]) -> list[Path]:
     """The stores named (or the defaults, as they are now), then the run roots launched into."""
     named = default_stores(protocol) if stores is None else [Path(s) for s in stores]
     return [*named, *(r for r in roots if r.is_dir() and r not in named)]
+
+
+# --- the final runs of any experiment at its tuned rates --------------------------------------
+
+
+def check_run_folder(run_dir: Path, words: Sequence[str]) -> None:
+    """Refuse a finished run folder trained with other settings than these train.py overrides
+    (another rate, budget or setting): it is never counted as a run at the tuned rate."""
+    wanted = OmegaConf.to_container(compose_config([*words, f"run_dir={run_dir}"]), resolve=True)
+    refused, _ = setting_differences(resolved_config(run_dir), wanted)
+    if refused:
+        raise StudyError(
+            f"{run_dir} finished with other settings than these runs' ({'; '.join(refused)}): "
+            "pass another --root, or delete it to train the run again"
+        )
+
+
+def train_tuned(
+    tuning: Sequence[Path],
+    experiment: str,
+    root: Path,
+    seeds: Sequence[int],
+    variants: Sequence[str] | None = None,
+    launch: tuple[str, int] = ("basic", 1),
+    overrides: Sequence[str] = (),
+    echo: Callable[[str], None] = print,
+) -> list[Path]:
+    """`study.py run --experiment`: each variant of any experiment's tuning.json trained at its
+    chosen (final) rate, with the grid's overrides, into <root>/<experiment>/<variant>/seed-<s>
+    through Hydra's launcher; finished runs are skipped. Trained only: scripts/compare.py
+    --score scores them. The finished run folders, in order."""
+    launcher, jobs = launch
+    check_launch(launcher, jobs, (), ())
+    tuned = read_tuned_rates(tuning)
+    if tuned.experiment != experiment:
+        raise StudyError(
+            f"--experiment {experiment}: {tuned.name} tuned experiment={tuned.experiment}; pass "
+            "that experiment, or the tuning.json of a grid of this one"
+        )
+    variants = list(variants or tuned.choices)
+    rates = {v: tuned.final_rate(v) for v in variants}  # refused where a choice is not final
+    overrides = with_tuning(tuned, overrides)
+    refused = math_differences(tuned.experiment, tuned.overrides, training_overrides(overrides))
+    if refused:
+        raise StudyError(
+            f"the overrides after -- change what {tuned.name} tuned ({'; '.join(refused)}): "
+            "drop them, or tune with them"
+        )
+    sweep_dir = Path(root).absolute() / tuned.experiment
+    planned = [
+        Job(tuned.experiment, v, s, sweep_dir / v / f"seed-{s}") for v in variants for s in seeds
+    ]
+    for job in planned:
+        if finished_metrics(job.run_dir) is not None:
+            words = [f"experiment={job.condition}", f"position={job.variant}", f"seed={job.seed}"]
+            check_run_folder(
+                job.run_dir,
+                [*words, *training_overrides(overrides), *rate_override(rates[job.variant])],
+            )
+    todo = [j for j in planned if finished_metrics(j.run_dir) is None]
+    chosen = ", ".join(f"{v} ×{r:g}" for v, r in rates.items())
+    echo(f"study: {len(todo)} of {len(planned)} runs to train in {sweep_dir}, at {chosen}")
+    at_once = int(jobs) if launcher == "submitit_local" else None
+    for sweep in sweeps(todo, at_once, rates):
+        command = multirun_command(
+            tuned.experiment, sweep.variants, sweep.seeds, sweep_dir, launcher, jobs,
+            [*overrides, *rate_override(sweep.lr_scale)],
+        )  # fmt: skip
+        echo("study: " + shlex.join(["python", *command[1:]]))
+        if (status := subprocess.run(command, cwd=ROOT).returncode) != 0:
+            echo(f"study: that sweep ended with exit status {status} (its output is above)")
+    finished = [j.run_dir for j in planned if finished_metrics(j.run_dir) is not None]
+    echo(
+        f"study: {len(finished)} of {len(planned)} runs finished; score them: python "
+        f"scripts/compare.py {in_checkout(sweep_dir)} --score"
+    )
+    return finished

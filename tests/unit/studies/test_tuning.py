@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from studies.grid import launch_grid
+from studies.grid import launch_grid, train_tuned
+from studies.plan import StudyError
 from studies.tuning import (
     GridRun,
     PlateauRun,
@@ -312,6 +313,34 @@ def test_a_users_own_experiment_plans_trains_launches_and_tunes(tmp_path, capsys
     out = plateau(runs[1.0], tmp_path / "plateau", 0.02, echo=lambda _: None)
     assert [r["curve"][-1][0] for r in out["runs"]] == [20, 20]
     assert all(len(r["curve"]) == 2 for r in out["runs"])
+    final_runs_at_a_tuned_rate(protocol, tmp_path)
+
+
+def final_runs_at_a_tuned_rate(protocol: Protocol, tmp_path: Path) -> None:
+    """`run --experiment`: with ×0.25 and ×1 made worse (dev PPL + 100), ×0.5 is bracketed and
+    final, and a final seed trains at it with the grid's overrides; done once, refused with
+    other settings or another experiment."""
+    for tag in ("lr025", "lr1"):
+        for path in (protocol.root / tag).glob("quickstart/sinusoidal/seed-*/metrics.json"):
+            metrics = json.loads(path.read_text())
+            path.write_text(json.dumps(metrics | {"dev_ppl": metrics["dev_ppl"] + 100}))
+    tune(None, protocol, tmp_path / "tuned", echo=lambda _: None)
+    tuning = [tmp_path / "tuned" / "tuning.json"]
+    main = script_main("study")
+    final = main(["run", "--experiment", "quickstart", "--tuning", *map(str, tuning)]
+                 + ["--seeds", "3", "--root", str(tmp_path / "final")])  # fmt: skip
+    assert final == [tmp_path / "final" / "quickstart" / "sinusoidal" / "seed-3"]
+    config = OmegaConf.load(final[0] / ".hydra" / "config.yaml")
+    assert config.optim.lr_scale == 0.5 and config.model.d_model == 64  # the grid's overrides
+    lines = []
+    assert train_tuned(tuning, "quickstart", tmp_path / "final", [3], echo=lines.append) == final
+    assert lines[0].startswith("study: 0 of 1 runs to train")
+    with pytest.raises(StudyError, match="change what"):
+        train_tuned(tuning, "quickstart", tmp_path / "final", [3], overrides=["model.d_ff=64"])
+    with pytest.raises(StudyError, match="optim.lr_scale: 1.0 -> 0.5"):  # a ×1 run, finished
+        train_tuned(tuning, "quickstart", protocol.root / "lr1", [1])
+    with pytest.raises(StudyError, match="tuned experiment=quickstart"):
+        train_tuned(tuning, "table3_base", tmp_path / "final", [3])
 
 
 def test_plateau_on_a_constructed_curve():
