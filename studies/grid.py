@@ -4,9 +4,9 @@ and the final runs of any experiment at the rates it chose (`study.py run --expe
 
 Each round reads the stores as `tune` does, trains the points its plan lists (the grid, the
 chosen rate's neighbours, the rate beyond an edge), one `train.py --multirun` per rate and set of
-seeds (an experiment's runs into <root>/lr<rate>/<experiment>/<variant>/seed-<s>, the folders
-`tune --plan` names) or one `study.py run` per rate (a study condition: scored and recorded in
-the store the plan names), until no point is missing; then `tune` writes tuning.json.
+seeds, into <root>/lr<rate>/<experiment>/<variant>/seed-<s> (the folders `tune --plan` names),
+until no point is missing; then `tune` writes tuning.json. The study's own conditions train
+through `study.py run`, which also scores and records (the commands `tune --plan` prints).
 """
 
 from __future__ import annotations
@@ -27,24 +27,19 @@ from studies.runner import (
     Sweep,
     check_launch,
     rate_override,
-    run_study,
     sweeps,
     training_overrides,
     with_tuning,
 )
 from studies.tuning import (
-    GridRun,
     MissingRun,
     Protocol,
-    budget_tag,
     default_stores,
     in_checkout,
     math_differences,
     rate_tag,
     rate_text,
-    read_stores,
     read_tuned_rates,
-    study_store,
     tune,
 )
 
@@ -66,38 +61,13 @@ def point_sweeps(missing: Sequence[MissingRun], protocol: Protocol, at_once: int
 
 
 def launch_points(
-    sweep: Sweep,
-    protocol: Protocol,
-    runs: Sequence[GridRun],
-    stores: Sequence[Path],
-    launch: tuple[str, int, tuple[str, ...]],
-    echo: Callable[[str], None],
+    sweep: Sweep, protocol: Protocol, launch: tuple[str, int, tuple[str, ...]], echo
 ) -> Path:
-    """Train one sweep's points; the run root they train in (read next round: a diverged run
-    is in no record store)."""
+    """Train one sweep's points (`train.py --multirun`) into <root>/lr<rate>/<experiment>/; that
+    run root (read next round, with its diverged runs)."""
     launcher, jobs, hydra = launch
-    rate = [f"optim.lr_scale={rate_text(sweep.lr_scale)}"]
-    if protocol.experiment is None:  # the study's own runner: trained, scored, recorded
-        root, store = study_store(
-            sweep.lr_scale, runs, stores, budget_tag(protocol), sweep.variants
-        )
-        try:
-            run_study(
-                ROOT / root,
-                [protocol.condition],
-                sweep.variants,
-                sweep.seeds,
-                jobs,
-                [*protocol.overrides, *rate, *hydra],
-                echo,
-                records=ROOT / store,
-                launcher=launcher,
-            )
-        except StudyError as e:  # a run failed (or diverged): the next round reads its folder
-            echo(f"tune: {e}")
-        return ROOT / root
     root = Path(protocol.root).absolute() / f"lr{rate_tag(sweep.lr_scale)}"
-    overrides = [*protocol.overrides, *rate, *hydra]
+    overrides = [*protocol.overrides, f"optim.lr_scale={rate_text(sweep.lr_scale)}", *hydra]
     command = multirun_command(
         protocol.experiment, sweep.variants, sweep.seeds, root / protocol.experiment,
         launcher, jobs, overrides,
@@ -121,6 +91,11 @@ def launch_grid(
 ) -> dict:
     """Train the grid's missing points round by round, then choose (tune's tuning.json); hydra:
     overrides of the launcher only (hydra.launcher.partition=...), never of the runs."""
+    if protocol.experiment is None:
+        raise StudyError(
+            "tune --launch trains an --experiment's grid; the study's conditions train through "
+            "the `study.py run` commands `tune --plan` prints (they also score and record)"
+        )
     check_launch(launcher, jobs, (), ())
     roots: list[Path] = []
     previous = None
@@ -131,10 +106,9 @@ def launch_grid(
         if not missing or missing == previous:
             break  # complete, or the last launches finished none of these: their logs say why
         echo(f"tune: training {len(missing)} grid points")
-        runs, _ = read_stores(these, protocol.folder)
         at_once = int(jobs) if launcher == "submitit_local" else None
         for sweep in point_sweeps(missing, protocol, at_once):
-            root = launch_points(sweep, protocol, runs, these, (launcher, jobs, tuple(hydra)), echo)
+            root = launch_points(sweep, protocol, (launcher, jobs, tuple(hydra)), echo)
             roots += [] if root in roots else [root]
         previous = missing
     return tune(stores_now(stores, protocol, roots), protocol, out, echo)

@@ -248,6 +248,9 @@ def test_overrides_the_records_were_not_trained_with_are_refused(tmp_path):
         tune([STORE], Protocol(overrides=("trainer.max_step=5",)), None, echo=lambda _: None)
     with pytest.raises(TuningError, match="--seeds 1"):
         tune([STORE], Protocol(seeds=(1,)), None, echo=lambda _: None)
+    with pytest.raises(StudyError, match="--experiment's grid"):  # the study's: `run` trains it
+        launch_grid([STORE], Protocol(variants=("sinusoidal",)), ROOT / "results" / "never")
+    assert not (ROOT / "results" / "never").exists()
 
 
 def tiny_quickstart(cache_dir) -> list[str]:
