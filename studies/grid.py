@@ -117,7 +117,8 @@ def launch_grid(
 def stores_now(stores, protocol: Protocol, roots: Sequence[Path]) -> list[Path]:
     """The stores named (or the defaults, as they are now), then the run roots launched into."""
     named = default_stores(protocol) if stores is None else [Path(s) for s in stores]
-    return [*named, *(r for r in roots if r.is_dir() and r not in named)]
+    seen = {n.absolute() for n in named}
+    return [*named, *(r for r in roots if r.is_dir() and r not in seen)]
 
 
 # --- the final runs of any experiment at its tuned rates --------------------------------------
