@@ -740,6 +740,11 @@ def tune(
     plot_tuning(result, out / "dev_ppl_vs_lr.png")
     echo(tuning_markdown(result))
     echo(f"written: {out}/ (tuning.json, tuning.md, dev_ppl_vs_lr.png)")
+    if protocol.experiment and all(t.complete for t in tunings):
+        echo(
+            "the final runs, each variant at its rate: python scripts/study.py run --experiment "
+            f"{protocol.experiment} --tuning {out / 'tuning.json'} --seeds <seeds> -- <budget>"
+        )
     return result
 
 

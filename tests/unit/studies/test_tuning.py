@@ -327,8 +327,10 @@ def final_runs_at_a_tuned_rate(protocol: Protocol, tmp_path: Path) -> None:
         for path in (protocol.root / tag).glob("quickstart/sinusoidal/seed-*/metrics.json"):
             metrics = json.loads(path.read_text())
             path.write_text(json.dumps(metrics | {"dev_ppl": metrics["dev_ppl"] + 100}))
-    tune(None, protocol, tmp_path / "tuned", echo=lambda _: None)
+    said = []
+    tune(None, protocol, tmp_path / "tuned", echo=said.append)
     tuning = [tmp_path / "tuned" / "tuning.json"]
+    assert f"run --experiment quickstart --tuning {tuning[0]} --seeds" in said[-1]
     main = script_main("study")
     final = main(["run", "--experiment", "quickstart", "--tuning", *map(str, tuning)]
                  + ["--seeds", "3", "--root", str(tmp_path / "final")])  # fmt: skip
