@@ -161,7 +161,8 @@ def train_tuned(
     variants = list(variants or tuned.choices)
     rates = {v: tuned.final_rate(v) for v in variants}  # refused where a choice is not final
     overrides = with_tuning(tuned, overrides)
-    refused = math_differences(tuned.experiment, tuned.overrides, training_overrides(overrides))
+    training = training_overrides(overrides)
+    refused = math_differences(tuned.experiment, tuned.overrides, training)
     if refused:
         raise StudyError(
             f"the overrides after -- change what {tuned.name} tuned ({'; '.join(refused)}): "
@@ -171,14 +172,11 @@ def train_tuned(
     planned = [
         Job(tuned.experiment, v, s, sweep_dir / v / f"seed-{s}") for v in variants for s in seeds
     ]
-    for job in planned:
-        if finished_metrics(job.run_dir) is not None:
-            words = [f"experiment={job.condition}", f"position={job.variant}", f"seed={job.seed}"]
-            check_run_folder(
-                job.run_dir,
-                [*words, *training_overrides(overrides), *rate_override(rates[job.variant])],
-            )
-    todo = [j for j in planned if finished_metrics(j.run_dir) is None]
+    done = [j for j in planned if finished_metrics(j.run_dir) is not None]
+    for job in done:  # counted only if trained at these settings
+        words = [f"experiment={job.condition}", f"position={job.variant}", f"seed={job.seed}"]
+        check_run_folder(job.run_dir, [*words, *training, *rate_override(rates[job.variant])])
+    todo = [j for j in planned if j not in done]
     chosen = ", ".join(f"{v} ×{r:g}" for v, r in rates.items())
     echo(f"study: {len(todo)} of {len(planned)} runs to train in {sweep_dir}, at {chosen}")
     at_once = int(jobs) if launcher == "submitit_local" else None
