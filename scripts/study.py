@@ -57,9 +57,34 @@ def records_folder(value: str) -> Path | None:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    """The command line of `run` and `report`."""
+    """The command line of every subcommand."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    add_run(commands)
+    add_report(commands)
+    add_tune(commands)
+    add_choose(commands)
+    add_plateau(commands)
+    add_pictures(commands)
+    args = parser.parse_args(argv)
+    if args.command == "run" and args.experiment:
+        if args.condition or args.records != RECORDS:
+            parser.error(
+                "run: --experiment trains any experiment's runs: drop --condition/--records"
+            )
+        if not (args.tuning and args.seeds):
+            parser.error("run: --experiment needs --tuning (its tune's tuning.json) and --seeds")
+    if args.command == "run" and not args.condition:
+        args.condition = ["all"]
+    if args.command == "tune" and not args.launch and (args.launcher or args.jobs != 1):
+        parser.error("tune: --launcher and --jobs go with --launch (train the missing points)")
+    if args.command == "tune" and args.rounds < 1:
+        parser.error(f"tune: --rounds {args.rounds}: pass 1 or more")
+    return args
+
+
+def add_run(commands) -> None:
+    """The command line of `run`."""
     run = commands.add_parser("run", help="train, resume and score the study's runs")
     run.add_argument(
         "--condition",
@@ -95,6 +120,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "longest budget that tuned it), with the grid's overrides",
     )
     run.add_argument("overrides", nargs="*", help="Hydra overrides for every run, after --")
+
+
+def add_report(commands) -> None:
+    """The command line of `report`."""
     report = commands.add_parser("report", help="tables, JSON and plots of the scored runs")
     report.add_argument(
         "--root", type=Path, default=RECORDS, help="runs folder (default: the record store)"
@@ -107,25 +136,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         nargs="+",
         help="tuning.json files: check each variant's rate is the chosen one",
     )
-    add_tune(commands)
-    add_choose(commands)
-    add_plateau(commands)
-    add_pictures(commands)
-    args = parser.parse_args(argv)
-    if args.command == "run" and args.experiment:
-        if args.condition or args.records != RECORDS:
-            parser.error(
-                "run: --experiment trains any experiment's runs: drop --condition/--records"
-            )
-        if not (args.tuning and args.seeds):
-            parser.error("run: --experiment needs --tuning (its tune's tuning.json) and --seeds")
-    if args.command == "run" and not args.condition:
-        args.condition = ["all"]
-    if args.command == "tune" and not args.launch and (args.launcher or args.jobs != 1):
-        parser.error("tune: --launcher and --jobs go with --launch (train the missing points)")
-    if args.command == "tune" and args.rounds < 1:
-        parser.error(f"tune: --rounds {args.rounds}: pass 1 or more")
-    return args
 
 
 def add_tune(commands) -> None:
