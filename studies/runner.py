@@ -219,8 +219,11 @@ def score_and_keep(job: Job, root: Path, records: Path | None, max_words, say) -
     return record
 
 
-def check_launch(launcher: str, jobs: int, conditions, overrides: Sequence[str]) -> None:
-    """Refuse a bad launcher, --jobs or override before anything is launched."""
+def check_launch(launcher: str, jobs: int, cells, overrides: Sequence[str]) -> None:
+    """Refuse a bad launcher, --jobs or override before anything is launched.
+
+    cells: the (condition, variant) pairs to train; the overrides must compose with each, so a
+    setting of some variants only (SHAPE's position.max_shift) is checked where it applies."""
     if launcher not in LAUNCHERS:
         raise StudyError(f"--launcher {launcher}: pass one of {', '.join(LAUNCHERS)}")
     if int(jobs) < 1:
@@ -230,14 +233,15 @@ def check_launch(launcher: str, jobs: int, conditions, overrides: Sequence[str])
             f"--jobs {jobs} with --launcher basic, which trains one run after the other: "
             "pass --launcher submitit_local (or slurm) for runs at a time"
         )
-    for condition in conditions:  # a bad override fails here, once, not in every run
+    for condition, variant in cells:  # a bad override fails here, once, not in every run
+        experiment = CONDITIONS[condition]
         try:
-            compose_config([f"experiment={CONDITIONS[condition]}", *overrides])
+            compose_config([f"experiment={experiment}", f"position={variant}", *overrides])
         except (HydraException, OmegaConfBaseException) as e:
             message = first_line(e)
             raise StudyError(
-                f"the overrides after -- do not compose with experiment="
-                f"{CONDITIONS[condition]} ({message}): fix them"
+                f"the overrides after -- do not compose with experiment={experiment} "
+                f"position={variant} ({message}): fix them"
             ) from e
 
 
@@ -267,7 +271,7 @@ def run_study(
     rates = tuned_rates(tuned, planned)
     overrides = list(overrides) if tuned is None else with_tuning(tuned, overrides)
     training = training_overrides(overrides)
-    check_launch(launcher, jobs, conditions, training)
+    check_launch(launcher, jobs, sorted({(j.condition, j.variant) for j in planned}), training)
     if tuned is not None:
         check_tuned_configuration(tuned, conditions, training)
     kept = "" if records is None else f", records kept in {records}"
