@@ -56,7 +56,9 @@ def point_sweeps(missing: Sequence[MissingRun], protocol: Protocol, at_once: int
             for m in missing
             if m.lr_scale == rate
         ]
-        result += [replace(s, lr_scale=rate) for s in sweeps(jobs, at_once)]
+        result += [
+            replace(s, lr_scale=rate) for s in sweeps(jobs, at_once, None, protocol.overrides)
+        ]
     return result
 
 
@@ -180,7 +182,7 @@ def train_tuned(
     chosen = ", ".join(f"{v} ×{r:g}" for v, r in rates.items())
     echo(f"study: {len(todo)} of {len(planned)} runs to train in {sweep_dir}, at {chosen}")
     at_once = int(jobs) if launcher == "submitit_local" else None
-    for sweep in sweeps(todo, at_once, rates):
+    for sweep in sweeps(todo, at_once, rates, training):
         command = multirun_command(
             tuned.experiment, sweep.variants, sweep.seeds, sweep_dir, launcher, jobs,
             [*overrides, *rate_override(sweep.lr_scale)],

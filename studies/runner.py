@@ -112,21 +112,27 @@ def chunks(values: Sequence, size: int) -> list[tuple]:
 
 
 def sweeps(
-    jobs: Sequence[Job], at_once: int | None, rates: Mapping[str, float] | None = None
+    jobs: Sequence[Job],
+    at_once: int | None,
+    rates: Mapping[str, float] | None = None,
+    overrides: Sequence[str] = (),
 ) -> list[Sweep]:
     """The sweeps that train jobs: per condition (and tuned rate), the variants needing the same
     seeds together; at_once: at most that many runs a sweep (submitit_local starts a sweep's
-    runs all at once); rates: each variant's tuned rate (a sweep trains at one)."""
+    runs all at once); rates: each variant's tuned rate (a sweep trains at one); overrides: the
+    runs', where one that sets a position.* key puts each variant in a sweep of its own (Hydra
+    composes a sweep's first config at the default position, which lacks e.g. SHAPE's K)."""
     rates = rates or {}
+    apart = any(setting(o).startswith("position.") for o in overrides)
     seeds: dict[tuple[str, str], list[int]] = {}
     for job in jobs:
         seeds.setdefault((job.condition, job.variant), []).append(job.seed)
-    groups: dict[tuple[str, tuple[int, ...], float | None], list[str]] = {}
+    groups: dict[tuple[str, tuple[int, ...], float | None, str], list[str]] = {}
     for (condition, variant), its_seeds in seeds.items():
-        key = (condition, tuple(its_seeds), rates.get(variant))
+        key = (condition, tuple(its_seeds), rates.get(variant), variant if apart else "")
         groups.setdefault(key, []).append(variant)
     result = []
-    for (condition, its_seeds, rate), variants in groups.items():
+    for (condition, its_seeds, rate, _), variants in groups.items():
         whole = Sweep(condition, tuple(variants), its_seeds, rate)
         if at_once is None or whole.size <= at_once:
             result.append(whole)
@@ -281,7 +287,7 @@ def run_study(
         echo(f"study: each variant at its rate chosen on dev in {tuned.name}: {chosen}")
     done, finished, to_train = triage(planned, records, training, echo, rates)
     at_once = int(jobs) if launcher == "submitit_local" else None
-    for sweep in sweeps(to_train, at_once, rates):
+    for sweep in sweeps(to_train, at_once, rates, training):
         if (status := launch(sweep, root, launcher, int(jobs), overrides, echo)) != 0:
             echo(f"study: that sweep ended with exit status {status} (its output is above)")
     max_words, failures = condition_max_words("short"), []

@@ -116,3 +116,15 @@ def test_variants_at_different_tuned_rates_train_in_different_sweeps(tmp_path):
         assert command[-2:] == ["trainer.max_steps=8000", f"optim.lr_scale={sweep.lr_scale!r}"]
     assert sum(s.size for s in sweeps(jobs, 1, rates)) == len(jobs)
     assert all(len({rates[v] for v in s.variants}) == 1 for s in sweeps(jobs, 2, rates))
+
+
+def test_a_setting_of_the_position_config_puts_each_variant_in_a_sweep_of_its_own(tmp_path):
+    """Hydra composes a multirun's first config at the experiment's default position, where
+    SHAPE's position.max_shift does not exist: such a sweep trains one variant; other overrides
+    keep the variants together."""
+    jobs = planned_jobs(tmp_path, ["all"], ["sinusoidal_shape", "learned_shape"], [1, 2])
+    together = sweeps(jobs, None, None, ["optim.lr_scale=0.5"])
+    assert [s.variants for s in together] == [("learned_shape", "sinusoidal_shape")]
+    apart = sweeps(jobs, None, None, ["optim.lr_scale=0.5", "++position.max_shift=10"])
+    assert sorted(s.variants for s in apart) == [("learned_shape",), ("sinusoidal_shape",)]
+    assert all(s.seeds == (1, 2) for s in apart)
