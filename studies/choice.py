@@ -64,8 +64,11 @@ def check_one_grid(paths: Sequence[Path], key: str) -> list[dict]:
         seen[value] = path
         changed = (
             math_differences(
-                first.experiment, without(first.overrides, key), without(file.overrides, key)
-            )
+                first.experiment,
+                without(first.overrides, key),
+                without(file.overrides, key),
+                sorted({*first.choices, *file.choices}),
+            )  # fmt: skip
             if file.experiment == first.experiment
             else [f"experiment: {first.experiment} -> {file.experiment}"]
         )

@@ -164,7 +164,7 @@ def train_tuned(
     rates = {v: tuned.final_rate(v) for v in variants}  # refused where a choice is not final
     overrides = with_tuning(tuned, overrides)
     training = training_overrides(overrides)
-    refused = math_differences(tuned.experiment, tuned.overrides, training)
+    refused = math_differences(tuned.experiment, tuned.overrides, training, variants)
     if refused:
         raise StudyError(
             f"the overrides after -- change what {tuned.name} tuned ({'; '.join(refused)}): "

@@ -81,11 +81,14 @@ def with_tuning(tuned: TunedRates, overrides: Sequence[str]) -> list[str]:
     return [*(o for o in tuned.overrides if setting(o) not in mine), *overrides]
 
 
-def check_tuned_configuration(tuned: TunedRates, conditions, training: Sequence[str]) -> None:
+def check_tuned_configuration(tuned: TunedRates, cells, training: Sequence[str]) -> None:
     """Refuse overrides that change what the grid tuned: only settings that keep the math (the
-    step budget, evaluations, files, device: runs.resume's KEEP_THE_MATH) may differ."""
-    for condition in conditions:
-        refused = math_differences(CONDITIONS[condition], tuned.overrides, training)
+    step budget, evaluations, files, device: runs.resume's KEEP_THE_MATH) may differ.
+
+    cells: the (condition, variant) pairs to train, each compared at its own position config."""
+    for condition in sorted({c for c, _ in cells}):
+        variants = sorted({v for c, v in cells if c == condition})
+        refused = math_differences(CONDITIONS[condition], tuned.overrides, training, variants)
         if refused:
             raise StudyError(
                 f"the overrides after -- change what {tuned.name} tuned ({'; '.join(refused)}): "
@@ -277,9 +280,10 @@ def run_study(
     rates = tuned_rates(tuned, planned)
     overrides = list(overrides) if tuned is None else with_tuning(tuned, overrides)
     training = training_overrides(overrides)
-    check_launch(launcher, jobs, sorted({(j.condition, j.variant) for j in planned}), training)
+    cells = sorted({(j.condition, j.variant) for j in planned})
+    check_launch(launcher, jobs, cells, training)
     if tuned is not None:
-        check_tuned_configuration(tuned, conditions, training)
+        check_tuned_configuration(tuned, cells, training)
     kept = "" if records is None else f", records kept in {records}"
     echo(f"study: {len(planned)} runs in {root}{kept}")
     if tuned is not None:

@@ -577,16 +577,28 @@ def read_tuning_file(path: Path) -> TunedRates:
         ) from e
 
 
-def math_differences(experiment: str, tuned: Sequence[str], other: Sequence[str]) -> list[str]:
+def math_differences(
+    experiment: str, tuned: Sequence[str], other: Sequence[str], variants: Sequence[str] = ()
+) -> list[str]:
     """'key: old -> new' of the settings two override lists of one experiment differ in that
-    change the math (all but runs.resume's KEEP_THE_MATH: budget, evaluations, files, device)."""
-    grid, final = (
-        OmegaConf.to_container(
-            compose_config([f"experiment={experiment}", "run_dir=.", *words]), resolve=True
+    change the math (all but runs.resume's KEEP_THE_MATH: budget, evaluations, files, device).
+
+    Where an override sets a position.* key, a setting of some variants only (SHAPE's
+    max_shift), the lists are compared at each of variants (position=<v>), not at the
+    experiment's default position, which may lack the key."""
+    apart = bool(variants) and any(setting(o).startswith("position.") for o in (*tuned, *other))
+    positions = [[f"position={v}"] for v in variants] if apart else [[]]
+    changed: list[str] = []
+    for position in positions:
+        grid, final = (
+            OmegaConf.to_container(
+                compose_config([f"experiment={experiment}", "run_dir=.", *position, *words]),
+                resolve=True,
+            )
+            for words in (tuned, other)
         )
-        for words in (tuned, other)
-    )
-    return setting_differences(grid, final)[0]
+        changed += [c for c in setting_differences(grid, final)[0] if c not in changed]
+    return changed
 
 
 def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
@@ -598,7 +610,12 @@ def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
     first, choices = files[0], {}
     for other in files[1:]:
         changed = (
-            math_differences(first.experiment, first.overrides, other.overrides)
+            math_differences(
+                first.experiment,
+                first.overrides,
+                other.overrides,
+                sorted({*first.choices, *other.choices}),
+            )  # fmt: skip
             if other.experiment == first.experiment
             else [f"experiment: {first.experiment} -> {other.experiment}"]
         )
