@@ -32,7 +32,7 @@ from studies.records import (
     scored_runs,
     stored_config,
 )
-from studies.tuning import Choice, read_tuned_rates
+from studies.tuning import Choice, read_choices
 
 NOTE_FILE = "NOTE.md"  # a report folder's note by hand, quoted atop its README
 
@@ -58,8 +58,8 @@ def rates_of(records: list[StudyRecord]) -> dict[str, float]:
 
 
 def chosen_rates(tuning: Path | Sequence[Path] | None) -> dict[str, Choice]:
-    """Each variant's choice in tuning.json files (`scripts/study.py tune`, read_tuned_rates)."""
-    return {} if not tuning else read_tuned_rates(tuning).choices
+    """Each variant's choice in tuning.json files (`scripts/study.py tune`, read_choices)."""
+    return {} if not tuning else read_choices(tuning)
 
 
 def rate_cell(row: dict, checked: bool) -> str:

@@ -590,15 +590,51 @@ def math_differences(
     positions = [[f"position={v}"] for v in variants] if apart else [[]]
     changed: list[str] = []
     for position in positions:
-        grid, final = (
-            OmegaConf.to_container(
-                compose_config([f"experiment={experiment}", "run_dir=.", *position, *words]),
-                resolve=True,
+        try:
+            grid, final = (
+                OmegaConf.to_container(
+                    compose_config([f"experiment={experiment}", "run_dir=.", *position, *words]),
+                    resolve=True,
+                )
+                for words in (tuned, other)
             )
-            for words in (tuned, other)
-        )
+        except (HydraException, OmegaConfBaseException) as e:  # a key the variant lacks
+            changed.append(f"{' '.join(position)}: {first_line(e)}")
+            continue
         changed += [c for c in setting_differences(grid, final)[0] if c not in changed]
     return changed
+
+
+def position_settings(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides that set position.* keys (SHAPE's K): a grid's variants' own settings."""
+    return tuple(sorted(o for o in overrides if setting(o).startswith("position.")))
+
+
+def read_choices(paths: Path | Sequence[Path]) -> dict[str, Choice]:
+    """Each variant's choice in tuning.json files of one experiment, as the report checks runs
+    against them: files of one configuration merged by read_tuned_rates; a grid that set
+    position.* keys (SHAPE's K, chosen on dev first) tunes its variants apart from the others'.
+    A variant tuned at two such settings is refused."""
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    groups: dict[tuple[str, ...], list[Path]] = {}
+    for path in paths:
+        groups.setdefault(position_settings(read_tuning_file(path).overrides), []).append(path)
+    experiments = {read_tuning_file(group[0]).experiment: group[0] for group in groups.values()}
+    if len(experiments) > 1:
+        raise TuningError(
+            f"{' and '.join(map(str, experiments.values()))} tuned other experiments "
+            f"({', '.join(experiments)}): pass tuning.json files of one experiment"
+        )
+    choices: dict[str, Choice] = {}
+    for group in groups.values():
+        for variant, choice in read_tuned_rates(group).choices.items():
+            if variant in choices:
+                raise TuningError(
+                    f"{choices[variant].source} and {choice.source} tuned {variant} at other "
+                    "position.* settings: pass the one its runs trained at"
+                )
+            choices[variant] = choice
+    return choices
 
 
 def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:

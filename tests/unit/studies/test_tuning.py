@@ -25,6 +25,7 @@ from studies.tuning import (
     in_checkout,
     plateau,
     plateau_step,
+    read_choices,
     read_curve,
     read_grid_run,
     read_tuned_rates,
@@ -408,3 +409,20 @@ def test_plan_commands_name_stores_inside_the_checkout_relative_to_it(tmp_path):
         assert study_store(1.0, runs, [a, b], "", [variant]) == ("outputs/study", str(store))
     assert budget_tag(Protocol(overrides=("trainer.max_steps=8000",))) == "_8000steps"
     assert budget_tag(Protocol(overrides=("trainer.eval_every=500",))) == ""
+
+
+def test_a_grid_at_its_own_position_settings_is_read_apart_by_the_report():
+    """The study's committed tuning files as the report reads them: SHAPE's grid at its K (a
+    position.* setting the other variants lack) beside the others', each variant's choice from
+    its own grid, row (E)'s from the check at the final budget; one variant at two Ks refused."""
+    tuning = ROOT / "results"
+    files = [tuning / f"{name}/tuning.json" for name in ("pe_tuning", "pe_tuning_final")]
+    shape = tuning / "pe_shape_tuning" / "tuning.json"
+    choices = read_choices([*files, shape])
+    assert choices["sinusoidal_shape"].source == shape
+    assert choices["learned"].source == files[1] and choices["rope"].source == files[0]
+    assert set(choices) == {*read_tuned_rates(files).choices, "sinusoidal_shape", "learned_shape"}
+    with pytest.raises(TuningError, match=r"another configuration .*position.max_shift"):
+        read_tuned_rates([*files, shape])  # `run --tuning` trains with one grid's settings
+    with pytest.raises(TuningError, match=r"tuned sinusoidal_shape at other position.\* settings"):
+        read_choices([shape, tuning / "pe_shape_k100" / "tuning.json"])
