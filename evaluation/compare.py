@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing.event_accumulator import SCALARS, Even
 
 from common.errors import UserError
 from common.files import read_json, write_json, write_text
-from data.corpus import load_split
+from data.corpus import load_split, loads_multi30k
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -272,10 +272,13 @@ def lr_scale(run: Run) -> float | None:
 
 
 def corpus_identity(run: Run) -> tuple[str, str]:
-    """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer)."""
+    """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer).
+
+    Multi30k is one corpus from any source (the hub, a local copy in its layout or as text:
+    data.corpus.load_multi30k gives the same pairs), as it is for resume and the records."""
     data = run.scores.get("data") or {}
     corpus = {
-        "corpus": data.get("corpus"),
+        "corpus": "Multi30k" if loads_multi30k(data) else data.get("corpus"),
         "direction": [data.get("src_lang"), data.get("tgt_lang")],
         "split": run.scores.get("split"),
         "ref_file": run.scores.get("ref_file"),

@@ -10,6 +10,7 @@ import sacrebleu
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from data.corpus import multi30k_text_files
 from tests.conftest import CONFIG_DIR, compose_config, script_main
 
 main = script_main("compare")
@@ -260,6 +261,26 @@ def test_runs_of_other_corpora_or_tokenizers_are_never_pooled(tmp_path, capsys, 
     scores_path.write_text(json.dumps(scores))
     err = error_of(capsys, tmp_path / "b", "--resamples", "0")
     assert "different corpus or evaluation splits" in err
+
+
+def test_multi30k_from_a_folder_pools_with_its_text_files(tmp_path, capsys, toy_validation):
+    """Row (E)'s final runs named Multi30k's text files, the later ones the folder
+    (data.path): one corpus, as load_multi30k reads it, so their runs pool; a toy does not."""
+    folder = "/data/multi30k"
+    configs = [
+        {"_target_": "data.corpus.load_multi30k", "path": folder},
+        {"_target_": "data.corpus.load_text_pairs", "files": multi30k_text_files(folder)},
+    ]
+    for variant, corpus in zip(("Sinusoidal", "Learned"), configs, strict=True):
+        run = make_run(tmp_path, f"{variant}PositionEncoding", 1, toy_validation)[0]
+        scores_path = run / "eval" / "validation-last-beam4.json"
+        scores = json.loads(scores_path.read_text())
+        scores["data"]["corpus"] = corpus
+        scores_path.write_text(json.dumps(scores))
+    result = main([str(tmp_path), "--resamples", "0"])
+    assert [row["n"] for row in result["variants"]] == [1, 1]
+    make_run(tmp_path, "LearnedPositionEncoding", 2, toy_validation)  # the toy corpus
+    assert "different corpus or evaluation splits" in error_of(capsys, tmp_path, "--resamples", "0")
 
 
 def test_seeds_of_one_variant_at_other_settings_are_never_pooled(tmp_path, capsys, toy_validation):
