@@ -68,7 +68,7 @@ def check_one_grid(paths: Sequence[Path], key: str) -> list[dict]:
                 without(first.overrides, key),
                 without(file.overrides, key),
                 sorted({*first.choices, *file.choices}),
-            )  # fmt: skip
+            )
             if file.experiment == first.experiment
             else [f"experiment: {first.experiment} -> {file.experiment}"]
         )

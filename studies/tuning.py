@@ -651,7 +651,7 @@ def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
                 first.overrides,
                 other.overrides,
                 sorted({*first.choices, *other.choices}),
-            )  # fmt: skip
+            )
             if other.experiment == first.experiment
             else [f"experiment: {first.experiment} -> {other.experiment}"]
         )
