@@ -645,6 +645,13 @@ def read_tuned_rates(paths: Path | Sequence[Path]) -> TunedRates:
     files = [read_tuning_file(p) for p in paths]
     first, choices = files[0], {}
     for other in files[1:]:
+        settings = [" ".join(position_settings(f.overrides)) or "none" for f in (first, other)]
+        if settings[0] != settings[1]:
+            raise TuningError(
+                f"{first.name} and {other.name} tuned at other position.* settings "
+                f"({settings[0]}; {settings[1]}): `run --tuning` trains with one grid's "
+                "settings, so pass such a grid (SHAPE's K) on its own; `report --tuning` takes both"
+            )
         changed = (
             math_differences(
                 first.experiment,

@@ -422,7 +422,10 @@ def test_a_grid_at_its_own_position_settings_is_read_apart_by_the_report():
     assert choices["sinusoidal_shape"].source == shape
     assert choices["learned"].source == files[1] and choices["rope"].source == files[0]
     assert set(choices) == {*read_tuned_rates(files).choices, "sinusoidal_shape", "learned_shape"}
-    with pytest.raises(TuningError, match=r"another configuration .*position.max_shift"):
+    with pytest.raises(
+        TuningError,
+        match=r"other position\.\* settings \(none; position\.max_shift=10\): .*on its own",
+    ):
         read_tuned_rates([*files, shape])  # `run --tuning` trains with one grid's settings
     with pytest.raises(TuningError, match=r"tuned sinusoidal_shape at other position.\* settings"):
         read_choices([shape, tuning / "pe_shape_k100" / "tuning.json"])
