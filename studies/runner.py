@@ -41,7 +41,14 @@ from studies.records import (
     recorded,
 )
 from studies.scoring import score_job
-from studies.tuning import TunedRates, math_differences, rate_text, read_tuned_rates, setting
+from studies.tuning import (
+    TunedRates,
+    math_differences,
+    position_settings,
+    rate_text,
+    read_tuned_rates,
+    setting,
+)
 
 
 @dataclass(frozen=True)
@@ -126,7 +133,7 @@ def sweeps(
     runs', where one that sets a position.* key puts each variant in a sweep of its own (Hydra
     composes a sweep's first config at the default position, which lacks e.g. SHAPE's K)."""
     rates = rates or {}
-    apart = any(setting(o).startswith("position.") for o in overrides)
+    apart = bool(position_settings(overrides))
     seeds: dict[tuple[str, str], list[int]] = {}
     for job in jobs:
         seeds.setdefault((job.condition, job.variant), []).append(job.seed)

@@ -586,7 +586,7 @@ def math_differences(
     Where an override sets a position.* key, a setting of some variants only (SHAPE's
     max_shift), the lists are compared at each of variants (position=<v>), not at the
     experiment's default position, which may lack the key."""
-    apart = bool(variants) and any(setting(o).startswith("position.") for o in (*tuned, *other))
+    apart = bool(variants) and bool(position_settings([*tuned, *other]))
     positions = [[f"position={v}"] for v in variants] if apart else [[]]
     changed: list[str] = []
     for position in positions:
@@ -616,10 +616,11 @@ def read_choices(paths: Path | Sequence[Path]) -> dict[str, Choice]:
     position.* keys (SHAPE's K, chosen on dev first) tunes its variants apart from the others'.
     A variant tuned at two such settings is refused."""
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    files = {path: read_tuning_file(path) for path in paths}
     groups: dict[tuple[str, ...], list[Path]] = {}
-    for path in paths:
-        groups.setdefault(position_settings(read_tuning_file(path).overrides), []).append(path)
-    experiments = {read_tuning_file(group[0]).experiment: group[0] for group in groups.values()}
+    for path, file in files.items():
+        groups.setdefault(position_settings(file.overrides), []).append(path)
+    experiments = {file.experiment: path for path, file in files.items()}
     if len(experiments) > 1:
         raise TuningError(
             f"{' and '.join(map(str, experiments.values()))} tuned other experiments "

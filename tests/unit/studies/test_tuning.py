@@ -23,6 +23,7 @@ from studies.tuning import (
     TuningError,
     budget_tag,
     in_checkout,
+    math_differences,
     plateau,
     plateau_step,
     read_choices,
@@ -429,3 +430,12 @@ def test_a_grid_at_its_own_position_settings_is_read_apart_by_the_report():
         read_tuned_rates([*files, shape])  # `run --tuning` trains with one grid's settings
     with pytest.raises(TuningError, match=r"tuned sinusoidal_shape at other position.\* settings"):
         read_choices([shape, tuning / "pe_shape_k100" / "tuning.json"])
+
+
+def test_a_position_setting_is_compared_where_it_applies_and_named_where_it_does_not():
+    """SHAPE's K against a grid without it: a difference at the SHAPE variant, and at a variant
+    that has no K a named difference (not a traceback)."""
+    shape = math_differences("pe_study_multi30k", [], ["position.max_shift=10"], ["learned_shape"])
+    assert shape == ["position.max_shift: 100 -> 10"]
+    (named,) = math_differences("pe_study_multi30k", [], ["position.max_shift=10"], ["sinusoidal"])
+    assert named.startswith("position=sinusoidal: Could not override 'position.max_shift'")
