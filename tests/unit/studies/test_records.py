@@ -103,11 +103,15 @@ def test_each_committed_record_s_retrain_command_composes_to_its_config():
     assert final and {r.condition for r in study} == {"all", "short", "joined"}
     for record in [*final, *study[::7]]:
         composes_to_its_config(record, multi30k=True)
-    for record in final:  # the rate named where it is not the configs' (x1), and the budget
-        command = retrain_command(record)
-        rate = OmegaConf.load(Path(record.run_dir) / ".hydra" / "config.yaml").optim.lr_scale
-        named = "" if rate == 1.0 else f" optim.lr_scale={rate}"
-        assert command.endswith(f"seed={record.seed}{named} trainer.max_steps=8000"), command
+    for record in final:  # the rate where not the configs' (x1), SHAPE's K, the budget
+        words = retrain_command(record).split()
+        config = OmegaConf.load(Path(record.run_dir) / ".hydra" / "config.yaml")
+        rate = config.optim.lr_scale
+        named = [] if rate == 1.0 else [f"optim.lr_scale={rate}"]
+        if record.variant.endswith("_shape"):  # the K chosen on dev, not the configs' K = 100
+            named.append(f"position.max_shift={config.position.max_shift}")
+        after_seed = words[words.index(f"seed={record.seed}") + 1 :]
+        assert after_seed == [*named, "trainer.max_steps=8000"], words
     assert retrain_command(study[0]) == (
         "python train.py experiment=pe_study_multi30k position=alibi seed=1"
     )
