@@ -40,24 +40,31 @@ def t_quantile(level: float, df: float) -> float:
     return float(stats.t.ppf((1 + level) / 2, df))
 
 
-def t_p_value(estimate: float, standard_error: float, df: float) -> float:
-    """Two-sided p of estimate / standard_error under Student's T (no spread: 0, or 1 at 0)."""
+def t_p_value(estimate: float, standard_error: float, df: float) -> float | None:
+    """Two-sided p of estimate / standard_error under Student's T; without spread, 1 at 0 else None.
+
+    Seeds whose differences agree exactly (records keep two decimals) show no spread, not
+    certainty: t is undefined there (scipy gives nan), so no p is claimed, except the
+    conservative 1 where nothing differs at all.
+    """
     if standard_error == 0:
-        return 1.0 if estimate == 0 else 0.0
+        return 1.0 if estimate == 0 else None
     return float(2 * stats.t.sf(abs(estimate) / standard_error, df))
 
 
 def paired_t_interval(diffs: list[float], level: float = 0.95) -> dict:
-    """Mean of paired differences, its t-interval and two-sided p (low/high/df/p None for one)."""
+    """Mean of paired differences, its t-interval and two-sided p (low/high/df/p None for one).
+
+    Identical differences have no spread: no interval, and p as t_p_value gives it.
+    """
     result = {"difference": mean(diffs), "low": None, "high": None, "df": None, "p": None}
     if len(diffs) < 2:
         return result
     df = len(diffs) - 1
     error = statistics.stdev(diffs) / math.sqrt(len(diffs))
     if error == 0:  # scipy's ttest_1samp warns and gives nan on identical differences
-        low = high = result["difference"]
-    else:
-        low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(level)
+        return result | {"df": df, "p": t_p_value(result["difference"], error, df)}
+    low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(level)
     return result | {
         "low": float(low),
         "high": float(high),
@@ -94,15 +101,18 @@ def difference_over_seeds(base: dict[int, float], other: dict[int, float]) -> di
 
 
 def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> dict:
-    """mean(b) - mean(a) with Welch's t-interval and p (low/high/df/p None under two a side)."""
+    """mean(b) - mean(a) with Welch's t-interval and p (low/high/df/p None under two a side;
+    where neither side varies, no interval and p as t_p_value gives it)."""
     result = {"difference": mean(b) - mean(a), "low": None, "high": None, "df": None, "p": None}
     if len(a) < 2 or len(b) < 2:
         return result
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        df = len(a) + len(b) - 2
+        return result | {"df": df, "p": t_p_value(result["difference"], 0.0, df)}
     # Welch-Satterthwaite degrees of freedom, rounded down (a slightly wider interval; scipy's
     # ttest_ind(equal_var=False) keeps the fraction)
-    welch = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if va + vb else 0
-    df = max(1, math.floor(welch)) if va + vb else len(a) + len(b) - 2
+    df = max(1, math.floor((va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))))
     error = math.sqrt(va + vb)
     half = t_quantile(level, df) * error
     return result | {
@@ -153,20 +163,15 @@ class Equivalence:
 def equivalence(
     diffs: list[float], margin: float = EQUIVALENCE_MARGIN, alpha: float = 0.05
 ) -> Equivalence:
-    """TOST on paired per-seed differences at ±margin (statsmodels ttost_paired), alpha each."""
+    """TOST on paired per-seed differences at ±margin (statsmodels ttost_paired), alpha each.
+
+    Under two differences, or identical ones (no spread; statsmodels divides by zero), it
+    decides nothing: the mean alone, every test field None.
+    """
     n, difference = len(diffs), mean(diffs)
-    if n < 2:
+    if n < 2 or statistics.stdev(diffs) == 0:
         return Equivalence(n, difference, margin, alpha, *[None] * 7)
     values = np.asarray(diffs, dtype=float)
-    if statistics.stdev(diffs) == 0:  # statsmodels divides by zero: decide on the mean alone
-        inside = abs(difference) < margin
-        p_lower = 0.0 if difference > -margin else 1.0
-        p_upper = 0.0 if difference < margin else 1.0
-        low = high = difference
-        p = max(p_lower, p_upper)
-        return Equivalence(
-            n, difference, margin, alpha, p, p_lower, p_upper, inside, low, high, abs(difference)
-        )
     p, lower, upper = ttost_paired(values, np.zeros(n), -margin, margin)
     low, high = stats.ttest_1samp(values, 0.0).confidence_interval(1 - 2 * alpha)
     return Equivalence(

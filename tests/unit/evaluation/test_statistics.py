@@ -62,9 +62,14 @@ def test_paired_t_interval_is_mean_plus_minus_t_times_standard_error():
         "df": None,
         "p": None,
     }
-    same = paired_t_interval([0.5, 0.5, 0.5])  # no spread: a point, p 0 (and 1 at zero)
-    assert (same["low"], same["high"], same["p"]) == (0.5, 0.5, 0.0)
-    assert paired_t_interval([0.0, 0.0])["p"] == 1.0
+    # identical differences (two-decimal records agreeing) have no spread: no interval, no p
+    for same in ([0.5, 0.5, 0.5], [-2.02, -2.02]):
+        got = paired_t_interval(same)
+        assert got["difference"] == pytest.approx(same[0]) and got["df"] == len(same) - 1
+        assert got["low"] is got["high"] is got["p"] is None
+    assert paired_t_interval([-2.02, -2.03])["p"] is not None  # one hundredth apart: a test
+    nothing = paired_t_interval([0.0, 0.0])  # no difference at all: the conservative p 1
+    assert nothing["p"] == 1.0 and nothing["low"] is None
 
 
 def test_welch_interval_uses_welch_satterthwaite_degrees_of_freedom():
@@ -79,6 +84,9 @@ def test_welch_interval_uses_welch_satterthwaite_degrees_of_freedom():
     assert df == 1  # Cauchy: P(|T| > t) = 1 - 2 atan(t) / pi
     t = 4 / math.sqrt(va + vb)
     assert got["p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-9)
+    flat = welch_interval([10.0, 10.0], [12.0, 12.0])  # neither side varies: no interval, no p
+    assert flat == {"difference": 2.0, "low": None, "high": None, "df": 2, "p": None}
+    assert welch_interval([10.0, 10.0], [10.0, 10.0])["p"] == 1.0
 
 
 def test_difference_over_seeds_pairs_the_shared_seeds_and_falls_back_to_welch():
@@ -152,9 +160,9 @@ def test_equivalence_holds_for_small_differences_and_not_for_spread_ones():
     assert not far.equivalent and far.p > 0.05 and far.smallest_margin > 1.0
     assert far.p_upper == pytest.approx(one_sided_p(spread, 1.0, "less"))
     assert equivalence([0.3]).p is None and equivalence([0.3]).equivalent is None
-    flat = equivalence([0.3, 0.3, 0.3])  # no spread: decided by the mean alone
-    assert flat.equivalent and flat.smallest_margin == pytest.approx(0.3)
-    assert not equivalence([1.3, 1.3]).equivalent
+    flat = equivalence([0.3, 0.3, 0.3])  # no spread: nothing decided, the mean alone
+    assert flat.difference == pytest.approx(0.3) and flat.n == 3
+    assert flat.p is None and flat.equivalent is None and flat.smallest_margin is None
 
 
 def test_power_statement_is_the_effect_detected_at_that_power():
