@@ -33,6 +33,11 @@ def stdev(values: list[float]) -> float | None:
     return statistics.stdev(values) if len(values) >= 2 else None
 
 
+def no_spread(values: Sequence[float]) -> bool:
+    """True where values agree up to float noise (2-decimal scores subtracted differ ~1e-15)."""
+    return statistics.pstdev(values) <= 1e-9 * max(1.0, *map(abs, values))
+
+
 def t_quantile(level: float, df: float) -> float:
     """t such that P(|T| <= t) = level for Student's T with df degrees of freedom (scipy)."""
     if df < 1:
@@ -61,9 +66,9 @@ def paired_t_interval(diffs: list[float], level: float = 0.95) -> dict:
     if len(diffs) < 2:
         return result
     df = len(diffs) - 1
+    if no_spread(diffs):  # scipy's ttest_1samp gives nan (or p ~ 0 from float noise) there
+        return result | {"df": df, "p": t_p_value(result["difference"], 0.0, df)}
     error = statistics.stdev(diffs) / math.sqrt(len(diffs))
-    if error == 0:  # scipy's ttest_1samp warns and gives nan on identical differences
-        return result | {"df": df, "p": t_p_value(result["difference"], error, df)}
     low, high = stats.ttest_1samp(diffs, 0.0).confidence_interval(level)
     return result | {
         "low": float(low),
@@ -106,10 +111,10 @@ def welch_interval(a: list[float], b: list[float], level: float = 0.95) -> dict:
     result = {"difference": mean(b) - mean(a), "low": None, "high": None, "df": None, "p": None}
     if len(a) < 2 or len(b) < 2:
         return result
-    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-    if va + vb == 0:
+    if no_spread(a) and no_spread(b):
         df = len(a) + len(b) - 2
         return result | {"df": df, "p": t_p_value(result["difference"], 0.0, df)}
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
     # Welch-Satterthwaite degrees of freedom, rounded down (a slightly wider interval; scipy's
     # ttest_ind(equal_var=False) keeps the fraction)
     df = max(1, math.floor((va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))))
@@ -169,7 +174,7 @@ def equivalence(
     decides nothing: the mean alone, every test field None.
     """
     n, difference = len(diffs), mean(diffs)
-    if n < 2 or statistics.stdev(diffs) == 0:
+    if n < 2 or no_spread(diffs):
         return Equivalence(n, difference, margin, alpha, *[None] * 7)
     values = np.asarray(diffs, dtype=float)
     p, lower, upper = ttost_paired(values, np.zeros(n), -margin, margin)

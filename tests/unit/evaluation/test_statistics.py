@@ -63,7 +63,8 @@ def test_paired_t_interval_is_mean_plus_minus_t_times_standard_error():
         "p": None,
     }
     # identical differences (two-decimal records agreeing) have no spread: no interval, no p
-    for same in ([0.5, 0.5, 0.5], [-2.02, -2.02]):
+    noisy = [58.93 - 60.95, 58.77 - 60.79]  # both -2.02 as recorded; float noise ~5e-15 apart
+    for same in ([0.5, 0.5, 0.5], noisy):
         got = paired_t_interval(same)
         assert got["difference"] == pytest.approx(same[0]) and got["df"] == len(same) - 1
         assert got["low"] is got["high"] is got["p"] is None
@@ -86,6 +87,7 @@ def test_welch_interval_uses_welch_satterthwaite_degrees_of_freedom():
     assert got["p"] == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-9)
     flat = welch_interval([10.0, 10.0], [12.0, 12.0])  # neither side varies: no interval, no p
     assert flat == {"difference": 2.0, "low": None, "high": None, "df": 2, "p": None}
+    assert welch_interval([0.1 + 0.2, 0.3], [1.0, 1.0])["p"] is None  # float noise is no spread
     assert welch_interval([10.0, 10.0], [10.0, 10.0])["p"] == 1.0
 
 
@@ -163,6 +165,7 @@ def test_equivalence_holds_for_small_differences_and_not_for_spread_ones():
     flat = equivalence([0.3, 0.3, 0.3])  # no spread: nothing decided, the mean alone
     assert flat.difference == pytest.approx(0.3) and flat.n == 3
     assert flat.p is None and flat.equivalent is None and flat.smallest_margin is None
+    assert equivalence([58.93 - 60.95, 58.77 - 60.79], margin=3.0).p is None  # float noise
 
 
 def test_power_statement_is_the_effect_detected_at_that_power():
