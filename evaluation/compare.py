@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
-from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 from common.errors import UserError
 from common.files import read_json, write_json, write_text
@@ -32,6 +31,7 @@ from evaluation.statistics import (
     stdev,
     welch_interval,
 )
+from runs.events import read_scalars
 from runs.record import trained_config
 from runs.resume import setting_differences
 
@@ -525,17 +525,7 @@ def markdown(result: dict) -> str:
 
 def dev_ppl_curve(run_dir: Path) -> list[tuple[int, float]]:
     """(step, dev PPL) from a run's tensorboard events; a resumed step keeps its last value."""
-    events = run_dir / "tensorboard"
-    if not events.is_dir():
-        return []
-    accumulator = EventAccumulator(str(events), size_guidance={SCALARS: 0})
-    accumulator.Reload()
-    if "dev/ppl" not in accumulator.Tags()["scalars"]:
-        return []
-    by_step = {
-        e.step: e.value for e in sorted(accumulator.Scalars("dev/ppl"), key=lambda e: e.wall_time)
-    }
-    return sorted(by_step.items())
+    return sorted(read_scalars(run_dir).get("dev/ppl", {}).items())
 
 
 def read_runs(

@@ -17,6 +17,7 @@
         [--threshold 0.02]
     python scripts/study.py pictures --runs RUN [RUN ...] [--out results/pe_pictures]
         [--split test] [--positions 64] [--data-path FOLDER]
+    python scripts/study.py reproduce --record RECORD --run RUN
 
 `run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ through
 `train.py --multirun` and Hydra's launcher (basic: one after the other; submitit_local: N at a
@@ -32,6 +33,8 @@ budget overrides the grid's choice); with --experiment, any experiment's variant
 Hydra's launcher, then choose), `choose` another setting's value
 (SHAPE's K) from one tuning.json per value (studies/choice.py), and `plateau` the step budget
 from runs' dev PPL curves (studies/tuning.py).
+`reproduce` checks a run retrained from a record's command against that record, value by value
+(studies/reproduce.py): exit status 0 where every shared value is equal to the last bit, else 1.
 """
 
 import argparse
@@ -47,6 +50,7 @@ from studies.grid import ROUNDS, launch_grid, train_tuned
 from studies.pictures import pictures
 from studies.plan import CONDITIONS, LAUNCHERS, RECORDS
 from studies.report import write_report
+from studies.reproduce import reproduce
 from studies.runner import run_study, training_overrides
 from studies.tuning import DEFAULT_RATES, DEFAULT_SEEDS, Protocol, plateau, tune
 
@@ -66,6 +70,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     add_choose(commands)
     add_plateau(commands)
     add_pictures(commands)
+    add_reproduce(commands)
     args = parser.parse_args(argv)
     if args.command == "run" and args.experiment:
         if args.condition or args.records != RECORDS:
@@ -211,6 +216,13 @@ def add_pictures(commands) -> None:
     draw.add_argument("--data-path", help="the corpus folder, if it moved since training")
 
 
+def add_reproduce(commands) -> None:
+    """The command line of `reproduce`."""
+    check = commands.add_parser("reproduce", help="a retrained run against its record")
+    check.add_argument("--record", type=Path, required=True, help="a record (or run) folder")
+    check.add_argument("--run", type=Path, required=True, help="the retrained run folder")
+
+
 def launcher_of(args: argparse.Namespace) -> str:
     """--launcher, or its default: basic, or submitit_local with --jobs N > 1."""
     return args.launcher or ("basic" if args.jobs == 1 else "submitit_local")
@@ -223,6 +235,7 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(  # train.py's and evaluate.py's progress lines, and each run's train.log
         level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
     )
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its event reader's file lines
     if args.command == "run" and args.experiment:
         return train_tuned(
             args.tuning, args.experiment, args.root, args.seeds, args.variants,
@@ -261,8 +274,9 @@ def main(argv: list[str] | None = None):
         return choose_setting(args.setting, args.rate, args.tunings, args.out)
     if args.command == "pictures":
         return pictures(args.runs, args.out, args.split, args.positions, args.data_path)
+    if args.command == "reproduce":
+        return None if reproduce(args.record, args.run) else sys.exit(1)
     if args.command == "plateau":
-        logging.getLogger("tensorboard").setLevel(logging.WARNING)  # its reader's file lines
         return plateau(args.runs, args.out, args.threshold)
     return write_report(args.root, args.out, args.resamples, tuning=args.tuning)
 

@@ -17,11 +17,12 @@ from data.corpus import load_split
 from runs.device import machine_description
 from runs.record import code_version
 from studies.plan import KS, POOLED, SEARCH, STUDY_FILE, StudyError
-from studies.records import StudyRecord, scored_runs, stored_config
+from studies.records import StudyRecord, retrain_command, scored_runs, stored_config
 from studies.report import write_report
 from studies.runner import run_study
 from studies.tuning import Protocol, tune
 from tests.conftest import script_main
+from training.launch import train
 
 N_EVAL = 61  # sentences in the toy validation and test splits: 61 % k leaves 1 line for k > 1
 VARIANTS = ["sinusoidal", "learned"]
@@ -311,6 +312,28 @@ def test_an_interrupted_joined_run_resumes_and_is_rescored(study, tmp_path):
     assert 0 < cleaning["joined"] < cleaning["join_lines"] == cleaning["kept"] < 3000
     assert record.train_cleaning == cleaning
     check_concatenation(record, run_dir)
+
+
+def test_a_run_retrained_from_its_records_command_reproduces_it(study, tmp_path, capsys):
+    """The issue's check, in small: train.py from a record's command (plus where files go)
+    retrains it to the last bit, and `reproduce` says so; another seed differs from step 1."""
+    root, overrides, records, _ = study
+    record = records[1]  # all/sinusoidal/seed-1
+    words = shlex.split(retrain_command(record))[2:]
+    cache = next(o for o in overrides if o.startswith("cache_dir="))
+    for seed, run in ((1, tmp_path / "retrain"), (2, tmp_path / "seed-2")):
+        again = [w if not w.startswith("seed=") else f"seed={seed}" for w in words]
+        train(compose_config([*again, cache, f"run_dir={run}"]))
+    check = script_main("study")
+    assert (
+        check(["reproduce", "--record", record.run_dir, "--run", str(tmp_path / "retrain")]) is None
+    )
+    said = capsys.readouterr().out
+    assert "reproduced: all" in said and "| dev/ppl | 1 | 1 |" in said
+    assert "| metrics.json:train_loss | 1 | 1 |" in said
+    with pytest.raises(SystemExit):
+        check(["reproduce", "--record", record.run_dir, "--run", str(tmp_path / "seed-2")])
+    assert "differs: " in capsys.readouterr().out
 
 
 def test_report_writes_the_tables_json_and_plots(study, tmp_path):
