@@ -16,7 +16,7 @@
     python scripts/study.py plateau --runs RUN [RUN ...] [--out results/pe_plateau]
         [--threshold 0.02]
     python scripts/study.py pictures --runs RUN [RUN ...] [--out results/pe_pictures]
-        [--split test] [--positions 64] [--data-path FOLDER]
+        [--split test] [--positions 64] [--data-path FOLDER] [--keep]
     python scripts/study.py reproduce --record RECORD --run RUN
 
 `run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ through
@@ -214,6 +214,11 @@ def add_pictures(commands) -> None:
     draw.add_argument("--split", default="test", help="the split measured (default: test)")
     draw.add_argument("--positions", type=int, default=64, help="positions in the similarity")
     draw.add_argument("--data-path", help="the corpus folder, if it moved since training")
+    draw.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep --out's pictures of other variants (runs measured in earlier calls)",
+    )
 
 
 def add_reproduce(commands) -> None:
@@ -273,7 +278,9 @@ def main(argv: list[str] | None = None):
     if args.command == "choose":
         return choose_setting(args.setting, args.rate, args.tunings, args.out)
     if args.command == "pictures":
-        return pictures(args.runs, args.out, args.split, args.positions, args.data_path)
+        return pictures(
+            args.runs, args.out, args.split, args.positions, args.data_path, keep=args.keep
+        )
     if args.command == "reproduce":
         return None if reproduce(args.record, args.run) else sys.exit(1)
     if args.command == "plateau":

@@ -4,6 +4,8 @@
 test split its stored data config names (``--data-path`` moves the corpus folder) and writes
 ``pictures.json``, ``pictures.md``, ``position_similarity.png`` (the absolute encodings) and
 ``attention_distance.png`` (every run: layers x heads, encoder and decoder self-attention).
+``--keep`` adds to what ``pictures.json`` holds: the other variants' runs, measured in earlier
+calls (a run folder with its weights need not outlive the call that measured it).
 The measures are evaluation/attention.py's.
 """
 
@@ -15,7 +17,7 @@ import torch
 from omegaconf import OmegaConf
 
 from common.errors import UserError
-from common.files import write_json, write_text
+from common.files import read_json, write_json, write_text
 from data.corpus import load_split
 from data.tokenizer import EOS_ID
 from evaluation.attention import (
@@ -182,6 +184,26 @@ def pictures_markdown(pictures: Sequence[RunPicture]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def kept_pictures(out: Path, split: str, positions: int) -> list[RunPicture]:
+    """--keep: the runs out/pictures.json already holds, measured as these will be."""
+    path = out / "pictures.json"
+    if not path.is_file():
+        return []
+    try:
+        kept = [RunPicture(**run) for run in read_json(path)["runs"]]
+    except (KeyError, TypeError) as e:
+        raise PicturesError(
+            f"--keep: {path} was written by another version ({e}); make it again without --keep"
+        ) from e
+    for p in kept:
+        if (p.split, p.positions) != (split, positions):
+            raise PicturesError(
+                f"--keep: {path} measured {p.variant} on split {p.split} over {p.positions} "
+                f"positions; pass --split {p.split} --positions {p.positions}, or drop --keep"
+            )
+    return kept
+
+
 def pictures(
     run_dirs: Sequence[Path],
     out: Path,
@@ -189,15 +211,23 @@ def pictures(
     positions: int = 64,
     data_path: str | None = None,
     echo: Callable[[str], None] = print,
+    keep: bool = False,
 ) -> list[RunPicture]:
-    """Measure every run, then write pictures.json, pictures.md and the two figures to out."""
+    """Measure every run, then write pictures.json, pictures.md and the two figures to out;
+    keep: with out/pictures.json's runs of the other variants (each variant's newest run)."""
     if positions < 2:
         raise PicturesError(f"--positions {positions}: pass 2 or more positions")
+    kept = kept_pictures(out, split, positions) if keep else []
     measured = []
     for run_dir in map(Path, run_dirs):
         measured.append(picture_run(run_dir, split, positions, data_path))
         p = measured[-1]
         echo(f"pictures: {run_dir}: {p.variant}, step {p.step}, {p.sentences} sentences")
+    new = {p.variant for p in measured}
+    others = [p for p in kept if p.variant not in new]
+    if others:
+        echo(f"pictures: kept from {out / 'pictures.json'}: {', '.join(p.run for p in others)}")
+    measured = sorted(others + measured, key=lambda p: p.variant)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "pictures.json", {"runs": [asdict(p) for p in measured]})
     write_text(out / "pictures.md", pictures_markdown(measured))

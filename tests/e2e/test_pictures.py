@@ -6,8 +6,9 @@ import shutil
 import pytest
 from omegaconf import OmegaConf
 
+from common.configs import compose_config
 from runs.load import load_run
-from tests.conftest import script_main
+from tests.conftest import script_main, tiny_run_overrides
 
 
 def test_pictures_of_a_trained_run(trained_run, tmp_path):
@@ -56,3 +57,39 @@ def test_fewer_than_two_positions_is_refused(trained_run, tmp_path, capsys):
     with pytest.raises(SystemExit):
         script_main("study")(["pictures", "--runs", str(trained_run), "--positions", "1"])
     assert "--positions 1: pass 2 or more positions" in capsys.readouterr().err
+
+
+def test_keep_adds_a_variant_measured_later_and_replaces_its_own(
+    trained_run, cache_dir, tmp_path, capsys
+):
+    """Pictures made over several calls (run folders that do not live at once): --keep holds
+    the other variants' runs, a variant measured again replaces its own, and other measuring
+    settings are refused before anything is written."""
+    from training.launch import train
+
+    learned = tmp_path / "learned"
+    train(
+        compose_config(
+            tiny_run_overrides(learned, cache_dir, "position=learned", "trainer.max_steps=20")
+        )
+    )
+    out, main = tmp_path / "pictures", script_main("study")
+    main(["pictures", "--runs", str(trained_run), "--out", str(out)])
+    first = json.loads((out / "pictures.json").read_text())["runs"]
+    for _ in range(2):  # the second call replaces learned's run, it does not add it again
+        main(["pictures", "--runs", str(learned), "--out", str(out), "--keep"])
+    runs = json.loads((out / "pictures.json").read_text())["runs"]
+    assert [r["variant"] for r in runs] == ["learned", "sinusoidal"] and runs[1] == first[0]
+    assert f"kept from {out / 'pictures.json'}: {trained_run}" in capsys.readouterr().out
+    markdown = (out / "pictures.md").read_text()
+    assert "| learned |" in markdown and "| sinusoidal |" in markdown
+    before = (out / "pictures.json").read_bytes()
+    with pytest.raises(SystemExit):
+        main(["pictures", "--runs", str(learned), "--out", str(out), "--keep", "--positions", "32"])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "over 64 positions; pass --split test --positions 64" in error[0]
+    assert (out / "pictures.json").read_bytes() == before
+    main(["pictures", "--runs", str(learned), "--out", str(out)])  # without --keep: these runs
+    assert [r["variant"] for r in json.loads((out / "pictures.json").read_text())["runs"]] == [
+        "learned"
+    ]
