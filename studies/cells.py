@@ -57,6 +57,13 @@ def power_cell(power: dict) -> str:
     return f"{power['detectable']:.2f} (SD {power['sd']:.2f}, n {power['n']})"
 
 
+def equivalence_cell(test: dict) -> str:
+    """TOST's p (Holm) and the smallest margin shown, or an em dash (under 2 paired seeds)."""
+    if test.get("p") is None:
+        return "—"
+    return f"{p_cell(test)}, ±{test['smallest_margin']:.2f}"
+
+
 def seeds_cell(diff: dict) -> str:
     """The seeds a difference was taken over; unpaired: each side's, "other vs base"."""
     if diff["method"].startswith("paired"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from common.files import write_json, write_text
 from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
 from evaluation.statistics import (
+    EQUIVALENCE_MARGIN,
     add_holm,
     difference_over_seeds,
     equivalence,
@@ -21,7 +22,15 @@ from evaluation.statistics import (
     two_level_bootstrap,
 )
 from studies.buckets import bucket_markdown, bucket_table, plot_bucket_ratio
-from studies.cells import cell, interval, interval_cell, p_cell, power_cell, seeds_cell
+from studies.cells import (
+    cell,
+    equivalence_cell,
+    interval,
+    interval_cell,
+    p_cell,
+    power_cell,
+    seeds_cell,
+)
 from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
 from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
 from studies.records import (
@@ -154,7 +163,11 @@ def table3(
             scores_by_seed(base, "chrf"), scores_by_seed(other, "chrf")
         )
         diff["power"] = paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
-    add_holm([diff["chrf_across_seeds"] for diff in result["differences"]])
+        diff["equivalence"] = paired_equivalence(
+            scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu")
+        )
+    for key in ("chrf_across_seeds", "equivalence"):
+        add_holm([diff[key] for diff in result["differences"]])
     result["differences_to_learned"] = differences_to(by_variant, ROW_E[1])
     result["row_e"] = row_e(by_variant, resamples)
     in_family = [d for d in result["differences"] if (d["baseline"], d["variant"]) == ROW_E]
@@ -179,6 +192,12 @@ def paired_power(base: dict[int, float], other: dict[int, float]) -> dict:
     return asdict(power_statement(stdev(diffs), len(diffs)))
 
 
+def paired_equivalence(base: dict[int, float], other: dict[int, float]) -> dict:
+    """TOST at ±1 BLEU over the shared seeds (evaluation/statistics.py: equivalence), so that
+    "no difference" is claimed only where both one-sided tests reject; under 2 seeds: None."""
+    return asdict(equivalence([other[s] - base[s] for s in sorted(set(base) & set(other))]))
+
+
 def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> list[dict]:
     """Each variant minus baseline by seed (sacreBLEU, chrF), each column one Holm family."""
     base = by_variant.get(baseline, [])
@@ -195,11 +214,14 @@ def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> l
                 scores_by_seed(base, "chrf"), scores_by_seed(runs, "chrf")
             ),
             "power": paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")),
+            "equivalence": paired_equivalence(
+                scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
+            ),
         }
         for variant, runs in sorted(by_variant.items())
         if variant != baseline
     ]
-    for key in ("across_seeds", "chrf_across_seeds"):
+    for key in ("across_seeds", "chrf_across_seeds", "equivalence"):
         add_holm([diff[key] for diff in diffs])
     return diffs
 
@@ -306,17 +328,22 @@ def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> lis
         f"## Each variant minus {baseline}, paired by seed",
         "",
         "p: two-sided t-test over seeds; Holm: adjusted within this family (one per column). "
-        "80% power: the difference the seeds detect, from the SD of the paired differences.",
+        "80% power: the difference the seeds detect, from the SD of the paired differences. "
+        f"Equivalence: two one-sided paired t-tests of |Δ sacreBLEU| < {EQUIVALENCE_MARGIN:g} "
+        "(TOST, α 0.05; shown where its Holm p < 0.05), and the smallest margin the 90% "
+        'interval shows; without it, a difference not shown is not "no difference".',
         "",
         "| variant | seeds | Δ sacreBLEU [95%] | p (Holm) | Δ chrF [95%] | p (Holm) "
-        "| 80% power detects |" + (" bootstrap Δ BLEU [95%], p (Holm) |" if bootstrap else ""),
-        "|---|---|---|---|---|---|---|" + ("---|" if bootstrap else ""),
+        f"| 80% power detects | equivalence ±{EQUIVALENCE_MARGIN:g}: p (Holm), smallest margin |"
+        + (" bootstrap Δ BLEU [95%], p (Holm) |" if bootstrap else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|" if bootstrap else ""),
     ]
     for diff in diffs:
         bleu, chrf = diff["across_seeds"], diff["chrf_across_seeds"]
         line = (
             f"| {diff['variant']} | {seeds_cell(bleu)} | {interval_cell(bleu)} | {p_cell(bleu)} "
-            f"| {interval_cell(chrf)} | {p_cell(chrf)} | {power_cell(diff.get('power') or {})} |"
+            f"| {interval_cell(chrf)} | {p_cell(chrf)} | {power_cell(diff.get('power') or {})} "
+            f"| {equivalence_cell(diff.get('equivalence') or {})} |"
         )
         if bootstrap:
             boot = diff.get("bootstrap")

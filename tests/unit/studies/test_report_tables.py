@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from studies.buckets import bucket_markdown, bucket_table
-from studies.cells import seeds_cell
+from studies.cells import equivalence_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table
 from studies.plan import KS, POOLED, SEARCH
 from studies.records import StudyRecord, Table3Scores
@@ -270,6 +270,40 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
         -statistics.fmean(shifts["far"])
     )
     assert learned[0]["across_seeds"]["p_holm"] == learned[0]["across_seeds"]["p"]
+
+
+def test_each_variant_s_equivalence_is_tested_and_holm_adjusted_in_its_family():
+    """Every variant minus learned gets TOST at ±1 BLEU, Holm over the family: a variant
+    within ±1 on its own (p < 0.05) need not be shown once the family is adjusted, and one
+    seed decides nothing (a dash in the table)."""
+    base = [30.0, 31.0, 29.5, 30.5, 31.5]
+    shifts = {
+        "close": [0.2, -0.3, 0.1, 0.0, 0.3],
+        "near": [0.5, -0.4, 0.6, 0.1, 0.3],
+        "far": [-2.0, 1.0, -3.0, 0.5, -1.0],
+    }
+    by_variant = {
+        variant: [
+            record_of("all", variant, seed, test=scores(b + d, 50 + d))
+            for seed, (b, d) in enumerate(zip(base, values, strict=True), start=1)
+        ]
+        for variant, values in ({"learned": [0.0] * 5} | shifts).items()
+    }
+    by_variant["none"] = [record_of("all", "none", 1, test=scores(20.0))]
+    diffs = {d["variant"]: d["equivalence"] for d in differences_to(by_variant, "learned")}
+    tested = [diffs[v] for v in ("close", "near", "far")]
+    assert [e["n"] for e in tested] == [5, 5, 5] and diffs["none"]["p"] is None
+    assert [e["family_size"] for e in tested] == [3, 3, 3]
+    assert sorted(e["p_holm"] for e in tested) == pytest.approx(
+        [min(1.0, k * p) for k, p in zip((3, 2, 1), sorted(e["p"] for e in tested), strict=True)]
+    )  # Holm's step-down; the increasing order holds for these p-values
+    assert tested[0]["p_holm"] < 0.05 and tested[2]["p_holm"] > 0.05
+    assert tested[1]["p"] < 0.05 and tested[1]["p_holm"] > tested[1]["p"]
+    assert equivalence_cell(tested[0]) == (
+        f"{tested[0]['p']:.3f} (Holm {tested[0]['p_holm']:.3f}), "
+        f"±{tested[0]['smallest_margin']:.2f}"
+    )
+    assert equivalence_cell(diffs["none"]) == "—"
 
 
 def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
