@@ -329,7 +329,8 @@ def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> lis
         "",
         "p: two-sided t-test over seeds; Holm: adjusted within this family (one per column). "
         "80% power: the difference the seeds detect, from the SD of the paired differences. "
-        f"Equivalence: two one-sided paired t-tests of |Δ sacreBLEU| < {EQUIVALENCE_MARGIN:g} "
+        f"Equivalence: two one-sided paired t-tests of -{EQUIVALENCE_MARGIN:g} < Δ sacreBLEU < "
+        f"+{EQUIVALENCE_MARGIN:g} "
         "(TOST, α 0.05; shown where its Holm p < 0.05), and the smallest margin the 90% "
         'interval shows; without it, a difference not shown is not "no difference".',
         "",
