@@ -227,7 +227,7 @@ def pictures(
     others = [p for p in kept if p.variant not in new]
     if others:
         echo(f"pictures: kept from {out / 'pictures.json'}: {', '.join(p.run for p in others)}")
-    measured = sorted(others + measured, key=lambda p: p.variant)
+    measured = others + measured  # the kept runs first, in their order, then these
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "pictures.json", {"runs": [asdict(p) for p in measured]})
     write_text(out / "pictures.md", pictures_markdown(measured))

@@ -79,7 +79,7 @@ def test_keep_adds_a_variant_measured_later_and_replaces_its_own(
     for _ in range(2):  # the second call replaces learned's run, it does not add it again
         main(["pictures", "--runs", str(learned), "--out", str(out), "--keep"])
     runs = json.loads((out / "pictures.json").read_text())["runs"]
-    assert [r["variant"] for r in runs] == ["learned", "sinusoidal"] and runs[1] == first[0]
+    assert [r["variant"] for r in runs] == ["sinusoidal", "learned"] and runs[0] == first[0]
     assert f"kept from {out / 'pictures.json'}: {trained_run}" in capsys.readouterr().out
     markdown = (out / "pictures.md").read_text()
     assert "| learned |" in markdown and "| sinusoidal |" in markdown
