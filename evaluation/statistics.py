@@ -245,6 +245,13 @@ def power_statement(sd: float | None, n: int, power: float = 0.8, alpha: float =
     )
 
 
+def paired_power(base: dict[int, float], other: dict[int, float]) -> Power:
+    """power_statement for other - base over the seeds both have (the pairs a paired t-test
+    takes); under two shared seeds, nothing is detectable (detectable None)."""
+    diffs = [other[s] - base[s] for s in sorted(set(base) & set(other))]
+    return power_statement(stdev(diffs), len(diffs))
+
+
 def sentence_statistics(hyps: list[str], refs: list[str]) -> np.ndarray:
     """sacreBLEU's sufficient statistics per sentence: [N, 2 + 2 * max_ngram_order] (int64).
 

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from evaluation.plots import pyplot
-from evaluation.statistics import difference_over_seeds
-from studies.cells import cell, holm_by_family, interval, seeds_cell, signed_cell
+from evaluation.statistics import difference_over_seeds, paired_power
+from studies.cells import (
+    POWER_NOTE,
+    cell,
+    holm_by_family,
+    interval,
+    power_cell,
+    seeds_cell,
+    signed_cell,
+)
 from studies.plan import BUCKET_WIDTH
 from studies.records import StudyRecord
 
@@ -82,7 +91,8 @@ def by_seed(values: dict[str, float]) -> dict[int, float]:
 
 
 def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
-    """Every variant minus the baseline per bucket, by seed (ratio, over in-range); Holm p."""
+    """Every variant minus the baseline per bucket, by seed (ratio, over in-range); Holm p;
+    the Δ ratio 80% power detects over the paired seeds ("power")."""
     base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
     differences = [
         {k: row[k] for k in ("variant", "bucket", "low", "high", "beyond", "n")}
@@ -92,6 +102,13 @@ def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
                 by_seed(base[row["bucket"]][f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
             )
             for key in ("ratio", "over_in_range")
+        }
+        | {
+            "power": asdict(
+                paired_power(
+                    by_seed(base[row["bucket"]]["ratio_by_seed"]), by_seed(row["ratio_by_seed"])
+                )
+            )
         }
         for row in rows
         if row["variant"] != baseline and row["bucket"] in base
@@ -179,15 +196,16 @@ def bucket_markdown(table: dict) -> str:
             "t-interval: below zero, the variant keeps less of its all-lengths BLEU there; the "
             "same for the ratio ÷ in-range (below zero beyond the training lengths: the variant "
             "loses more there than it does within them). Holm p: the t-test's p adjusted by Holm "
-            "within the family of every variant at one bucket, per column.",
+            "within the family of every variant at one bucket, per column. " + POWER_NOTE,
             "",
-            "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range |",
-            "|---|---|---|---|---|---|",
+            "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range "
+            "| 80% power detects (Δ ratio) |",
+            "|---|---|---|---|---|---|---|",
         ]
     for diff in table["differences"]:
         lines.append(
             f"{row_start(diff)} | {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
-            f"| {signed_cell(diff['over_in_range'], 3)} |"
+            f"| {signed_cell(diff['over_in_range'], 3)} | {power_cell(diff['power'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from evaluation.plots import pyplot
-from evaluation.statistics import difference_over_seeds
-from studies.cells import cell, holm_by_family, interval, seeds_cell, signed_cell
+from evaluation.statistics import difference_over_seeds, paired_power
+from studies.cells import (
+    POWER_NOTE,
+    cell,
+    holm_by_family,
+    interval,
+    power_cell,
+    seeds_cell,
+    signed_cell,
+)
 from studies.plan import CONCAT_SPLITS, KS, POOLED, ROW_E, SEARCH
 from studies.records import StudyRecord
 
@@ -16,13 +25,14 @@ CONCAT_DIFFERENCES = ("bleu", "length_ratio", "bleu_ratio_to_k1")
 
 
 def concat_differences(base: list[dict], other: list[dict]) -> dict:
-    """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics)."""
-    return {
-        key: difference_over_seeds(
-            {r["seed"]: r[key] for r in base if r[key] is not None},
-            {r["seed"]: r[key] for r in other if r[key] is not None},
-        )
+    """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics), and the
+    BLEU difference 80% power detects over the paired seeds ("power")."""
+    by_seed = {
+        key: [{r["seed"]: r[key] for r in side if r[key] is not None} for side in (base, other)]
         for key in CONCAT_DIFFERENCES
+    }
+    return {key: difference_over_seeds(*sides) for key, sides in by_seed.items()} | {
+        "power": asdict(paired_power(*by_seed["bleu"]))
     }
 
 
@@ -121,16 +131,18 @@ def concat_markdown(table: dict) -> str:
                 "",
                 "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all "
                 "seeds where fewer than two are shared); Holm p: the t-test's p adjusted by Holm "
-                "within the family of every variant at one condition and k, per column.",
+                "within the family of every variant at one condition and k, per column. "
+                + POWER_NOTE,
                 "",
-                "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
-                "|---|---|---|---|---|---|---|",
+                "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) "
+                "| 80% power detects (Δ BLEU) |",
+                "|---|---|---|---|---|---|---|---|",
             ]
         lines.append(
             f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
             f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "
             f"| {signed_cell(diff['length_ratio'], 3)} "
-            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} |"
         )
     if table["joined_minus_all"]:
         lines += [
@@ -141,14 +153,15 @@ def concat_markdown(table: dict) -> str:
             "above (Holm within each k); what is left of the drop under it is what the position "
             "encoding owes.",
             "",
-            "| variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) |",
-            "|---|---|---|---|---|---|",
+            "| variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) "
+            "| 80% power detects (Δ BLEU) |",
+            "|---|---|---|---|---|---|---|",
         ]
     for diff in table["joined_minus_all"]:
         lines.append(
             f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
             f"| {signed_cell(diff['bleu'])} | {signed_cell(diff['length_ratio'], 3)} "
-            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} |"
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ from evaluation.statistics import (
     add_holm,
     difference_over_seeds,
     equivalence,
+    paired_power,
     power_statement,
     stdev,
     two_level_bootstrap,
@@ -162,7 +163,9 @@ def table3(
         diff["chrf_across_seeds"] = difference_over_seeds(
             scores_by_seed(base, "chrf"), scores_by_seed(other, "chrf")
         )
-        diff["power"] = paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
+        diff["power"] = asdict(
+            paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
+        )
         diff["equivalence"] = paired_equivalence(
             scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu")
         )
@@ -186,12 +189,6 @@ def scores_by_seed(runs: list[StudyRecord], key: str) -> dict[int, float]:
     return {r.seed: getattr(r.test, key) for r in runs}
 
 
-def paired_power(base: dict[int, float], other: dict[int, float]) -> dict:
-    """The effect a paired t-test over the shared seeds detects at 80% power (from their SD)."""
-    diffs = [other[s] - base[s] for s in sorted(set(base) & set(other))]
-    return asdict(power_statement(stdev(diffs), len(diffs)))
-
-
 def paired_equivalence(base: dict[int, float], other: dict[int, float]) -> dict:
     """TOST at ±1 BLEU over the shared seeds (evaluation/statistics.py: equivalence), so that
     "no difference" is claimed only where both one-sided tests reject; under 2 seeds: None."""
@@ -213,7 +210,9 @@ def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> l
             "chrf_across_seeds": difference_over_seeds(
                 scores_by_seed(base, "chrf"), scores_by_seed(runs, "chrf")
             ),
-            "power": paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")),
+            "power": asdict(
+                paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu"))
+            ),
             "equivalence": paired_equivalence(
                 scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
             ),

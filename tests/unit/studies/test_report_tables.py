@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from evaluation.statistics import power_statement
 from studies.buckets import bucket_markdown, bucket_table
 from studies.cells import equivalence_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table
@@ -141,6 +142,11 @@ def test_joined_minus_all_pairs_each_variant_with_its_control():
     text = concat_markdown(concat)
     assert "## Trained on joined lines minus trained on single sentences" in text
     assert "| rope | 4 | 1, 2 |" in text
+    # what two seeds can detect, from the paired BLEU differences 12 and 13
+    power = power_statement(statistics.stdev([20 - 8, 19 - 6]), 2)
+    assert k4["power"]["n"] == 2 and k4["power"]["detectable"] == pytest.approx(power.detectable)
+    assert f"| {power.detectable:.2f} (SD 0.71, n 2) |" in text
+    assert "80% power detects (Δ BLEU)" in text
 
 
 def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
@@ -190,6 +196,9 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
     assert f"Holm p {beyond['ratio']['p']:.3f}" in text
     assert "| learned | 11-15* | 9 | 1, 2 | -0.150 [" in text
     assert "ratio over its ratio at 6-10 words" in text
+    power = power_statement(statistics.stdev([0.4 - 0.5, 0.4 - 0.6]), 2)  # the pairs' spread
+    assert beyond["power"]["detectable"] == pytest.approx(power.detectable)
+    assert f"| {power.detectable:.3f} (SD 0.071, n 2) |" in text
 
 
 def test_buckets_without_short_runs_say_so_and_keep_l():
