@@ -36,6 +36,13 @@ def concat_differences(base: list[dict], other: list[dict]) -> dict:
     }
 
 
+def ratio_to_control(control: list[dict], group: list[dict]) -> dict:
+    """BLEU over its control's at the same k, per seed both ran (mean, std, 95% interval)."""
+    base = {r["seed"]: r["bleu"] for r in control}
+    shared = [r for r in group if r["bleu"] is not None and base.get(r["seed"])]
+    return interval([r["bleu"] / base[r["seed"]] for r in shared])
+
+
 def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -> dict:
     """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
 
@@ -84,7 +91,11 @@ def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -
     for (condition, variant, k), group in sorted(groups.items()):
         control = groups.get(("all", variant, k))
         if condition == "joined" and control:
-            remedy.append({"variant": variant, "k": k} | concat_differences(control, group))
+            remedy.append(
+                {"variant": variant, "k": k}
+                | concat_differences(control, group)
+                | {"bleu_over_control": ratio_to_control(control, group)}
+            )
     holm_by_family(
         differences, lambda d: (d["baseline"], d["condition"], d["k"]), CONCAT_DIFFERENCES
     )
@@ -151,15 +162,17 @@ def concat_markdown(table: dict) -> str:
             "",
             "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
             "above (Holm within each k); what is left of the drop under it is what the position "
-            "encoding owes.",
+            "encoding owes. BLEU joined / all: each seed's joined BLEU over its all-lengths "
+            "control's at that k (the ratio to the control), mean ± std [95% interval].",
             "",
-            "| variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) "
-            "| 80% power detects (Δ BLEU) |",
-            "|---|---|---|---|---|---|---|",
+            "| variant | k | seeds | BLEU joined / all | Δ BLEU | Δ length ratio "
+            "| Δ BLEU(k)/BLEU(1) | 80% power detects (Δ BLEU) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
     for diff in table["joined_minus_all"]:
         lines.append(
             f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
+            f"| {cell(diff['bleu_over_control'], 3)} "
             f"| {signed_cell(diff['bleu'])} | {signed_cell(diff['length_ratio'], 3)} "
             f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} |"
         )

@@ -141,7 +141,9 @@ def test_joined_minus_all_pairs_each_variant_with_its_control():
     assert k4["bleu"]["method"] == "paired t, shared seeds" and k4["bleu"]["low"] is not None
     text = concat_markdown(concat)
     assert "## Trained on joined lines minus trained on single sentences" in text
-    assert "| rope | 4 | 1, 2 |" in text
+    assert k4["bleu_over_control"]["mean"] == pytest.approx((20 / 8 + 19 / 6) / 2)  # seed 3 out
+    assert remedy[1]["bleu_over_control"]["n"] == 2
+    assert f"| rope | 4 | 1, 2 | {(20 / 8 + 19 / 6) / 2:.3f} ± " in text
     # what two seeds can detect, from the paired BLEU differences 12 and 13
     power = power_statement(statistics.stdev([20 - 8, 19 - 6]), 2)
     assert k4["power"]["n"] == 2 and k4["power"]["detectable"] == pytest.approx(power.detectable)
