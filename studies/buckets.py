@@ -21,6 +21,8 @@ from studies.records import StudyRecord
 
 # per bucket beside BLEU: what tells a shorter output (the end-of-sentence prior) from a worse one
 LENGTH_KEYS = ("length_ratio", "bp")
+# each variant minus the baseline per bucket: kept BLEU, kept BLEU over in-range, short length ratio
+DIFFERENCE_KEYS = ("ratio", "over_in_range", "short_length_ratio")
 
 
 def bucket_cells(
@@ -46,8 +48,10 @@ def add_lengths(rows: list[dict], records: list[StudyRecord]) -> None:
         cells, _ = bucket_cells(records, score)
         for row in rows:
             for condition, name in (("short", "short"), ("all", "control")):
-                values = cells.get((row["variant"], row["bucket"], condition), {}).values()
-                row[f"{name}_{score}"] = interval([v for v in values if v is not None])
+                values = cells.get((row["variant"], row["bucket"], condition), {})
+                kept = {str(seed): v for seed, v in values.items() if v is not None}
+                row[f"{name}_{score}"] = interval(list(kept.values()))
+                row[f"{name}_{score}_by_seed"] = kept
 
 
 def bucket_row(variant: str, size: dict, short: dict, control: dict) -> dict:
@@ -91,7 +95,7 @@ def by_seed(values: dict[str, float]) -> dict[int, float]:
 
 
 def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
-    """Every variant minus the baseline per bucket, by seed (ratio, over in-range); Holm p;
+    """Every variant minus the baseline per bucket, by seed (DIFFERENCE_KEYS); Holm p;
     the Δ ratio 80% power detects over the paired seeds ("power")."""
     base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
     differences = [
@@ -101,7 +105,7 @@ def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
             key: difference_over_seeds(
                 by_seed(base[row["bucket"]][f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
             )
-            for key in ("ratio", "over_in_range")
+            for key in DIFFERENCE_KEYS
         }
         | {
             "power": asdict(
@@ -113,7 +117,7 @@ def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
         for row in rows
         if row["variant"] != baseline and row["bucket"] in base
     ]
-    holm_by_family(differences, lambda d: (d["bucket"],), ("ratio", "over_in_range"))
+    holm_by_family(differences, lambda d: (d["bucket"],), DIFFERENCE_KEYS)
     return differences
 
 
@@ -195,17 +199,21 @@ def bucket_markdown(table: dict) -> str:
             "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
             "t-interval: below zero, the variant keeps less of its all-lengths BLEU there; the "
             "same for the ratio ÷ in-range (below zero beyond the training lengths: the variant "
-            "loses more there than it does within them). Holm p: the t-test's p adjusted by Holm "
-            "within the family of every variant at one bucket, per column. " + POWER_NOTE,
+            "loses more there than it does within them); and the short runs' length ratio "
+            "(below zero: the variant's short-trained outputs stop earlier there, so a BLEU loss "
+            "beside it is the end-of-sentence prior's as much as the encoding's). Holm p: the "
+            "t-test's p adjusted by Holm within the family of every variant at one bucket, per "
+            "column. " + POWER_NOTE,
             "",
             "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range "
-            "| 80% power detects (Δ ratio) |",
-            "|---|---|---|---|---|---|---|",
+            "| Δ length ratio (short) | 80% power detects (Δ ratio) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
     for diff in table["differences"]:
         lines.append(
             f"{row_start(diff)} | {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
-            f"| {signed_cell(diff['over_in_range'], 3)} | {power_cell(diff['power'], 3)} |"
+            f"| {signed_cell(diff['over_in_range'], 3)} "
+            f"| {signed_cell(diff['short_length_ratio'], 3)} | {power_cell(diff['power'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -345,3 +345,37 @@ def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
     assert "| 1.000 |" in text  # the control's one seed: a mean, no spread
     older = bucket_table([record("short", 1, 0, 0, kept=False), record("all", 1, 0, 0, False)])
     assert "| rope | 11-15* | 9 | — | — | — | — |" in bucket_markdown(older)
+
+
+def test_bucket_length_ratio_minus_sinusoidal_is_paired_and_holm_adjusted():
+    """Per bucket, each variant's short-run length ratio minus sinusoidal's, by seed: the
+    end-of-sentence prior's share of a BLEU loss beyond the training lengths, told apart."""
+
+    def record(condition, variant, seed, ratio):
+        rows = [
+            {"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": 20.0}
+            | {"length_ratio": ratio, "bp": min(1.0, ratio)}
+        ]
+        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
+
+    records = [
+        record(condition, variant, seed, ratio)
+        for variant, short in (
+            ("sinusoidal", (0.95, 0.97)),
+            ("rope", (0.80, 0.90)),
+            ("learned", (0.95, 0.98)),
+        )
+        for seed, ratio in zip((1, 2), short, strict=True)
+        for condition in ("short", "all")
+    ]
+    records += [record("short", "t5", 1, 0.5)]  # one seed: unpaired, no interval, no test
+    table = bucket_table(records)
+    diffs = {d["variant"]: d["short_length_ratio"] for d in table["differences"]}
+    rope = diffs["rope"]
+    assert rope["seeds"] == [1, 2] and rope["difference"] == pytest.approx(-0.11)
+    assert rope["low"] < -0.11 < rope["high"] and rope["family_size"] == 2
+    assert diffs["t5"]["low"] is None and diffs["t5"]["p"] is None  # 1 seed against 2
+    assert rope["p_holm"] == pytest.approx(min(1.0, 2 * min(rope["p"], diffs["learned"]["p"])))
+    text = bucket_markdown(table)
+    assert "| Δ length ratio (short) |" in text
+    assert f"| -0.110 [{rope['low']:+.3f}, {rope['high']:+.3f}], Holm p " in text
