@@ -21,8 +21,16 @@ def save(fig, path: Path) -> None:
     pyplot().close(fig)
 
 
+SEED_LABELS_UP_TO = 3  # seeds per variant named beside their dots; more would overprint
+
+
 def plot_bleu_by_variant(result: dict, path: Path) -> None:
-    """Mean sacreBLEU per variant (a line) with one labelled dot per seed."""
+    """Mean sacreBLEU per variant (a line) with one dot per seed, named where few."""
+    save(bleu_by_variant_figure(result), path)
+
+
+def bleu_by_variant_figure(result: dict):
+    """The figure of plot_bleu_by_variant: a dot a seed, labelled up to SEED_LABELS_UP_TO."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -31,20 +39,22 @@ def plot_bleu_by_variant(result: dict, path: Path) -> None:
         runs = [r for r in result["runs"] if r["variant"] == row["variant"]]
         for i, run in enumerate(runs):
             offset = (i - (len(runs) - 1) / 2) * 0.5 / max(len(runs), 1)
-            ax.scatter(x + offset, run["bleu"], color="black", zorder=3)
-            ax.annotate(
-                f"seed {run['seed']}",
-                (x + offset, run["bleu"]),
-                xytext=(4, 4),
-                fontsize=7,
-                textcoords="offset points",
-            )
-    names = [r["variant"] for r in result["variants"]]
+            ax.scatter(x + offset, run["bleu"], color="black", s=12, zorder=3)
+            if len(runs) <= SEED_LABELS_UP_TO:
+                ax.annotate(
+                    f"seed {run['seed']}",
+                    (x + offset, run["bleu"]),
+                    xytext=(4, 4),
+                    fontsize=7,
+                    textcoords="offset points",
+                )
+    names = [f"{r['variant']} ({len(r['seeds'])})" for r in result["variants"]]
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right")  # long names do not overlap
     ax.set_xlim(-0.6, len(result["variants"]) - 0.4)
     ax.set_ylabel("sacreBLEU (line: mean over seeds)")
+    ax.set_xlabel("position encoding (seeds)")
     ax.set_title(f"BLEU by position encoding ({result['eval']})")
-    save(fig, path)
+    return fig
 
 
 def plot_bleu_by_length(result: dict, path: Path) -> None:
@@ -72,30 +82,41 @@ def plot_bleu_by_length(result: dict, path: Path) -> None:
 
 def plot_dev_ppl_curves(result: dict, path: Path) -> None:
     """Dev perplexity against training step, one line per run, one colour per variant."""
+    save(dev_ppl_figure(result), path)
+
+
+def dev_ppl_figure(result: dict):
+    """The figure of plot_dev_ppl_curves: one legend entry per variant, beside the axes."""
     plt = pyplot()
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7.5, 4))
     colours = {row["variant"]: f"C{i}" for i, row in enumerate(result["variants"])}
+    seeds = {row["variant"]: row["seeds"] for row in result["variants"]}
     styles = ["-", "--", ":", "-."]
+    labelled = set()
     for run in result["runs"]:
         curve = run["dev_ppl_curve"]
         if curve:
             steps, values = zip(*curve, strict=True)
-            seeds = next(r["seeds"] for r in result["variants"] if r["variant"] == run["variant"])
+            variant = run["variant"]
+            n = len(seeds[variant])
             ax.plot(
                 steps,
                 values,
-                color=colours[run["variant"]],
-                linestyle=styles[seeds.index(run["seed"]) % len(styles)],
+                color=colours[variant],
+                linestyle=styles[seeds[variant].index(run["seed"]) % len(styles)],
+                linewidth=1,
                 marker=".",
-                label=f"{run['variant']} seed {run['seed']}",
+                markersize=3,
+                label="_" if variant in labelled else f"{variant} ({n} seed{'s' * (n > 1)})",
             )
+            labelled.add(variant)
     ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("dev perplexity")
-    ax.set_title("Dev perplexity during training")
-    ax.legend(fontsize=7)
-    save(fig, path)
+    ax.set_title("Dev perplexity during training (line style: seed)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return fig
 
 
 def plot_extrapolation(result: dict, path: Path) -> None:

@@ -1,0 +1,51 @@
+"""The comparison's figures stay readable at a study's size (many variants, many seeds)."""
+
+import pytest
+
+from evaluation.plots import SEED_LABELS_UP_TO, bleu_by_variant_figure, dev_ppl_figure, pyplot
+
+
+def comparison(seeds_per_variant: dict[str, int]) -> dict:
+    """A compare result (the keys the figures read) with made-up BLEU and dev PPL curves."""
+    variants, runs = [], []
+    for i, (variant, n) in enumerate(seeds_per_variant.items()):
+        seeds = list(range(1, n + 1))
+        variants.append({"variant": variant, "seeds": seeds, "bleu_mean": 30.0 + i})
+        for seed in seeds:
+            curve = [[step, 20.0 / step**0.3 + seed * 0.01] for step in (500, 1000, 2000)]
+            runs.append(
+                {
+                    "variant": variant,
+                    "seed": seed,
+                    "bleu": 30 + i + seed / 10,
+                    "dev_ppl_curve": curve,
+                }
+            )
+    return {"eval": "test-last-beam4", "variants": variants, "runs": runs}
+
+
+@pytest.fixture
+def figures():
+    """Close every figure a test made."""
+    yield
+    pyplot().close("all")
+
+
+def test_dev_ppl_legend_has_one_entry_per_variant(figures):
+    fig = dev_ppl_figure(comparison({"sinusoidal": 8, "learned": 8, "none": 1}))
+    (ax,) = fig.axes
+    assert len(ax.get_lines()) == 17  # every run is drawn
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["sinusoidal (8 seeds)", "learned (8 seeds)", "none (1 seed)"]
+
+
+def test_seeds_are_named_only_where_few(figures):
+    many = SEED_LABELS_UP_TO + 1
+    fig = bleu_by_variant_figure(comparison({"sinusoidal": many, "rope": SEED_LABELS_UP_TO}))
+    (ax,) = fig.axes
+    named = [t.get_text() for t in ax.texts]
+    assert named == [f"seed {s}" for s in range(1, SEED_LABELS_UP_TO + 1)]  # rope's only
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        f"sinusoidal ({many})",
+        f"rope ({SEED_LABELS_UP_TO})",
+    ]
