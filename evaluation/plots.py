@@ -14,6 +14,25 @@ def pyplot():
     return plt
 
 
+# one colour per variant in every figure (matplotlib's ten-colour cycle), in configs/position/
+VARIANT_COLOURS = {
+    name: f"C{i}"
+    for i, name in enumerate(
+        ("sinusoidal", "learned", "rope", "relative", "t5", "alibi", "none")
+        + ("sinusoidal_shape", "learned_shape")
+    )
+}
+
+
+def variant_colours(variants) -> dict[str, str]:
+    """Each variant's colour: its own for the configs' variants; any other takes C9, then the
+    colours of configs' variants not drawn here (C8 down), so the figure repeats none."""
+    names = list(dict.fromkeys(variants))  # in order, once each
+    taken = {VARIANT_COLOURS[name] for name in names if name in VARIANT_COLOURS}
+    free = iter([f"C{i}" for i in range(9, -1, -1) if f"C{i}" not in taken] * len(names))
+    return {name: VARIANT_COLOURS.get(name) or next(free) for name in names}
+
+
 def save(fig, path: Path) -> None:
     """Write a figure to path (PNG, 120 dpi) and free it."""
     fig.tight_layout()
@@ -34,8 +53,9 @@ def bleu_by_variant_figure(result: dict):
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    colours = variant_colours(row["variant"] for row in result["variants"])
     for x, row in enumerate(result["variants"]):
-        ax.hlines(row["bleu_mean"], x - 0.3, x + 0.3, color=f"C{x}", linewidth=3)
+        ax.hlines(row["bleu_mean"], x - 0.3, x + 0.3, color=colours[row["variant"]], linewidth=3)
         runs = [r for r in result["runs"] if r["variant"] == row["variant"]]
         for i, run in enumerate(runs):
             offset = (i - (len(runs) - 1) / 2) * 0.5 / max(len(runs), 1)
@@ -62,6 +82,7 @@ def plot_bleu_by_length(result: dict, path: Path) -> None:
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    colours = variant_colours(row["variant"] for row in result["variants"])
     for row in result["variants"]:
         buckets = row["by_length"]
         if buckets:
@@ -71,6 +92,7 @@ def plot_bleu_by_length(result: dict, path: Path) -> None:
                 yerr=[b["bleu_std"] or 0.0 for b in buckets],
                 marker="o",
                 capsize=3,
+                color=colours[row["variant"]],
                 label=row["variant"],
             )
     ax.set_xlabel("source length (words)")
@@ -90,7 +112,7 @@ def dev_ppl_figure(result: dict):
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 4))
-    colours = {row["variant"]: f"C{i}" for i, row in enumerate(result["variants"])}
+    colours = variant_colours(row["variant"] for row in result["variants"])
     seeds = {row["variant"]: row["seeds"] for row in result["variants"]}
     styles = ["-", "--", ":", "-."]
     labelled = set()
@@ -125,6 +147,7 @@ def plot_extrapolation(result: dict, path: Path) -> None:
 
     max_words = result["max_words"]
     fig, ax = plt.subplots(figsize=(6, 4))
+    colours = variant_colours(row["variant"] for row in result["variants"])
     for row in result["variants"]:
         points = [b for b in row["by_bucket"] if b["bleu_mean"] is not None]
         ax.errorbar(
@@ -133,6 +156,7 @@ def plot_extrapolation(result: dict, path: Path) -> None:
             yerr=[b["bleu_std"] or 0.0 for b in points],
             marker="o",
             capsize=3,
+            color=colours[row["variant"]],
             label=row["variant"],
         )
     ax.axvline(max_words + 0.5, color="black", linestyle="--", linewidth=1)

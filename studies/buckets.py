@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from evaluation.plots import pyplot
+from evaluation.plots import pyplot, variant_colours
 from evaluation.statistics import difference_over_seeds, paired_power
 from studies.cells import (
     POWER_NOTE,
@@ -248,13 +248,15 @@ def plot_bucket_ratio(table: dict, path: Path) -> None:
     buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
     position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
     fig, ax = plt.subplots(figsize=(7, 4))
-    for i, variant in enumerate(sorted({r["variant"] for r in table["rows"]})):
+    variants = sorted({r["variant"] for r in table["rows"]})
+    colours = variant_colours(variants)
+    for variant in variants:
         rows = [r for r in table["rows"] if r["variant"] == variant and r["ratio"] is not None]
         ax.plot(
             [position[r["bucket"]] for r in rows],
             [r["ratio"] for r in rows],
             marker="o",
-            color=f"C{i}",
+            color=colours[variant],
             label=variant,
         )
     ax.axhline(1.0, color="grey", linewidth=1)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from evaluation.plots import pyplot
+from evaluation.plots import pyplot, variant_colours
 from evaluation.statistics import difference_over_seeds, paired_power
 from studies.cells import (
     POWER_NOTE,
@@ -187,8 +187,9 @@ def plot_bleu_vs_k(table: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, max(len(conditions), 1), figsize=(5 * max(len(conditions), 1), 4))
     axes = [axes] if len(conditions) <= 1 else list(axes)
     variants = sorted({r["variant"] for r in table["runs"]})
+    colours = variant_colours(variants)
     for ax, condition in zip(axes, conditions, strict=False):
-        for i, variant in enumerate(variants):
+        for variant in variants:
             rows = [
                 r for r in table["runs"] if r["condition"] == condition and r["variant"] == variant
             ]
@@ -196,9 +197,10 @@ def plot_bleu_vs_k(table: dict, path: Path) -> None:
                 continue
             ks = sorted({r["k"] for r in rows})
             bleus = [[r["bleu"] for r in rows if r["k"] == k] for k in ks]
-            ax.plot(ks, [sum(b) / len(b) for b in bleus], marker="o", color=f"C{i}", label=variant)
+            colour = colours[variant]
+            ax.plot(ks, [sum(b) / len(b) for b in bleus], marker="o", color=colour, label=variant)
             ax.fill_between(
-                ks, [min(b) for b in bleus], [max(b) for b in bleus], color=f"C{i}", alpha=0.2
+                ks, [min(b) for b in bleus], [max(b) for b in bleus], color=colour, alpha=0.2
             )
         ax.set_xticks(list(KS))
         ax.set_xlabel("k (sentences joined per line)")

@@ -33,7 +33,7 @@ from common.configs import compose_config
 from common.errors import UserError, first_line
 from common.files import read_json, write_json, write_text
 from evaluation.compare import dev_ppl_curve
-from evaluation.plots import pyplot, save
+from evaluation.plots import pyplot, save, variant_colours
 from runs.record import trained_config
 from runs.resume import setting_differences
 from studies.plan import CONDITIONS, RECORDS, ROOT, position_variants
@@ -737,8 +737,9 @@ def plot_tuning(result: dict, path: Path) -> None:
     seeds as dots, diverged runs as crosses at the top, the chosen rate ringed."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, (variant, row) in enumerate(result["variants"].items()):
-        colour = f"C{i % 10}"
+    colours = variant_colours(result["variants"])
+    for variant, row in result["variants"].items():
+        colour = colours[variant]
         means = [  # the rates every grid seed ran
             (p["lr_scale"], p["mean"])
             for p in row["rates"]

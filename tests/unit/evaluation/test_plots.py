@@ -1,8 +1,16 @@
 """The comparison's figures stay readable at a study's size (many variants, many seeds)."""
 
 import pytest
+from matplotlib.collections import LineCollection
+from matplotlib.colors import to_hex
 
-from evaluation.plots import SEED_LABELS_UP_TO, bleu_by_variant_figure, dev_ppl_figure, pyplot
+from evaluation.plots import (
+    SEED_LABELS_UP_TO,
+    bleu_by_variant_figure,
+    dev_ppl_figure,
+    pyplot,
+    variant_colours,
+)
 
 
 def comparison(seeds_per_variant: dict[str, int]) -> dict:
@@ -49,3 +57,23 @@ def test_seeds_are_named_only_where_few(figures):
         f"sinusoidal ({many})",
         f"rope ({SEED_LABELS_UP_TO})",
     ]
+
+
+def test_a_variant_keeps_its_colour_whatever_else_is_drawn():
+    alone = variant_colours(["rope"])
+    crowd = variant_colours(["sinusoidal", "learned", "rope", "alibi", "mine", "theirs"])
+    assert alone["rope"] == crowd["rope"]
+    assert len(set(crowd.values())) == len(crowd)  # two new variants do not share one colour
+    assert crowd["mine"] == "C9" and variant_colours(["mine"])["mine"] == "C9"
+    assert list(variant_colours(["mine", "sinusoidal", "mine"])) == ["mine", "sinusoidal"]
+
+
+def test_the_figures_draw_each_variant_in_its_colour(figures):
+    result = comparison({"rope": 2, "learned": 1})
+    expected = {v: to_hex(c) for v, c in variant_colours(["rope", "learned"]).items()}
+    (ax,) = dev_ppl_figure(result).axes
+    drawn = [to_hex(line.get_color()) for line in ax.get_lines()]
+    assert drawn == [expected["rope"]] * 2 + [expected["learned"]]
+    (ax,) = bleu_by_variant_figure(result).axes
+    bars = [to_hex(c.get_colors()[0]) for c in ax.collections if isinstance(c, LineCollection)]
+    assert bars == [expected["rope"], expected["learned"]]
