@@ -26,7 +26,7 @@ from evaluation.attention import (
     position_vectors,
     uniform_distance,
 )
-from evaluation.plots import pyplot, save
+from evaluation.plots import VARIANT_COLOURS, pyplot, save
 from evaluation.translate import fitting_lines
 from model.position import PositionRangeError
 from runs.load import load_run, rebuild_model
@@ -204,6 +204,14 @@ def kept_pictures(out: Path, split: str, positions: int) -> list[RunPicture]:
     return kept
 
 
+def in_variant_order(pictures: Sequence[RunPicture]) -> list[RunPicture]:
+    """The configs' variants in their figures' order (sinusoidal, learned, ...), others after."""
+    order = list(VARIANT_COLOURS)
+    return sorted(
+        pictures, key=lambda p: order.index(p.variant) if p.variant in order else len(order)
+    )
+
+
 def pictures(
     run_dirs: Sequence[Path],
     out: Path,
@@ -227,7 +235,7 @@ def pictures(
     others = [p for p in kept if p.variant not in new]
     if others:
         echo(f"pictures: kept from {out / 'pictures.json'}: {', '.join(p.run for p in others)}")
-    measured = others + measured  # the kept runs first, in their order, then these
+    measured = in_variant_order(others + measured)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "pictures.json", {"runs": [asdict(p) for p in measured]})
     write_text(out / "pictures.md", pictures_markdown(measured))

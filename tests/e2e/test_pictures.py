@@ -63,8 +63,9 @@ def test_keep_adds_a_variant_measured_later_and_replaces_its_own(
     trained_run, cache_dir, tmp_path, capsys
 ):
     """Pictures made over several calls (run folders that do not live at once): --keep holds
-    the other variants' runs, a variant measured again replaces its own, and other measuring
-    settings are refused before anything is written."""
+    the other variants' runs, a variant measured again replaces its own, the variants stand in
+    their figures' order whatever the order measured, and other measuring settings are refused
+    before anything is written."""
     from training.launch import train
 
     learned = tmp_path / "learned"
@@ -74,13 +75,13 @@ def test_keep_adds_a_variant_measured_later_and_replaces_its_own(
         )
     )
     out, main = tmp_path / "pictures", script_main("study")
-    main(["pictures", "--runs", str(trained_run), "--out", str(out)])
+    main(["pictures", "--runs", str(learned), "--out", str(out)])
     first = json.loads((out / "pictures.json").read_text())["runs"]
-    for _ in range(2):  # the second call replaces learned's run, it does not add it again
-        main(["pictures", "--runs", str(learned), "--out", str(out), "--keep"])
+    for _ in range(2):  # the second call replaces sinusoidal's run, it does not add it again
+        main(["pictures", "--runs", str(trained_run), "--out", str(out), "--keep"])
     runs = json.loads((out / "pictures.json").read_text())["runs"]
-    assert [r["variant"] for r in runs] == ["sinusoidal", "learned"] and runs[0] == first[0]
-    assert f"kept from {out / 'pictures.json'}: {trained_run}" in capsys.readouterr().out
+    assert [r["variant"] for r in runs] == ["sinusoidal", "learned"] and runs[1] == first[0]
+    assert f"kept from {out / 'pictures.json'}: {learned}" in capsys.readouterr().out
     markdown = (out / "pictures.md").read_text()
     assert "| learned |" in markdown and "| sinusoidal |" in markdown
     before = (out / "pictures.json").read_bytes()
