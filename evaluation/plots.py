@@ -14,14 +14,12 @@ def pyplot():
     return plt
 
 
-# one colour per variant in every figure (matplotlib's ten-colour cycle), in configs/position/
-VARIANT_COLOURS = {
-    name: f"C{i}"
-    for i, name in enumerate(
-        ("sinusoidal", "learned", "rope", "relative", "t5", "alibi", "none")
-        + ("sinusoidal_shape", "learned_shape")
-    )
-}
+# configs/position/'s variants in the order the pictures list them, each with its colour in
+# every figure (matplotlib's ten-colour cycle)
+VARIANTS = tuple(
+    "sinusoidal learned rope relative t5 alibi none sinusoidal_shape learned_shape".split()
+)
+VARIANT_COLOURS = {name: f"C{i}" for i, name in enumerate(VARIANTS)}
 
 
 def variant_colours(variants) -> dict[str, str]:

@@ -26,7 +26,7 @@ from evaluation.attention import (
     position_vectors,
     uniform_distance,
 )
-from evaluation.plots import VARIANT_COLOURS, pyplot, save
+from evaluation.plots import VARIANTS, pyplot, save
 from evaluation.translate import fitting_lines
 from model.position import PositionRangeError
 from runs.load import load_run, rebuild_model
@@ -206,10 +206,8 @@ def kept_pictures(out: Path, split: str, positions: int) -> list[RunPicture]:
 
 def in_variant_order(pictures: Sequence[RunPicture]) -> list[RunPicture]:
     """The configs' variants in their figures' order (sinusoidal, learned, ...), others after."""
-    order = list(VARIANT_COLOURS)
-    return sorted(
-        pictures, key=lambda p: order.index(p.variant) if p.variant in order else len(order)
-    )
+    rank = {name: i for i, name in enumerate(VARIANTS)}
+    return sorted(pictures, key=lambda p: rank.get(p.variant, len(VARIANTS)))
 
 
 def pictures(

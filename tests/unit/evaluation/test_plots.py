@@ -6,11 +6,13 @@ from matplotlib.colors import to_hex
 
 from evaluation.plots import (
     SEED_LABELS_UP_TO,
+    VARIANTS,
     bleu_by_variant_figure,
     dev_ppl_figure,
     pyplot,
     variant_colours,
 )
+from tests.conftest import CONFIG_DIR
 
 
 def comparison(seeds_per_variant: dict[str, int]) -> dict:
@@ -57,6 +59,10 @@ def test_seeds_are_named_only_where_few(figures):
         f"sinusoidal ({many})",
         f"rope ({SEED_LABELS_UP_TO})",
     ]
+
+
+def test_the_fixed_colours_name_variants_the_configs_have():
+    assert set(VARIANTS) <= {path.stem for path in (CONFIG_DIR / "position").glob("*.yaml")}
 
 
 def test_a_variant_keeps_its_colour_whatever_else_is_drawn():
