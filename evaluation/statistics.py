@@ -21,6 +21,10 @@ from common.errors import UserError
 BOOTSTRAP_SEED = 12345
 # The equivalence margin of row (E) in BLEU: the paper's 25.8 vs 25.7 read as "nearly identical"
 EQUIVALENCE_MARGIN = 1.0
+# The same margin for a ratio of BLEU to a control's (the short condition's kept share): ±1 BLEU
+# over the all-lengths controls' 33-39 BLEU at 11-20 source words, where most sentences beyond
+# the training lengths are (results/pe_study_final/buckets.md)
+RATIO_EQUIVALENCE_MARGIN = 0.03
 
 
 def mean(values: list[float]) -> float | None:
@@ -243,6 +247,14 @@ def power_statement(sd: float | None, n: int, power: float = 0.8, alpha: float =
         None if effect is None else effect * sd,
         None if needed is None else math.ceil(needed),
     )
+
+
+def paired_equivalence(
+    base: dict[int, float], other: dict[int, float], margin: float = EQUIVALENCE_MARGIN
+) -> Equivalence:
+    """equivalence of other - base over the seeds both have, so that "no difference" is
+    claimed only where both one-sided tests reject; under two shared seeds it decides nothing."""
+    return equivalence([other[s] - base[s] for s in sorted(set(base) & set(other))], margin)
 
 
 def paired_power(base: dict[int, float], other: dict[int, float]) -> Power:

@@ -6,10 +6,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from evaluation.plots import pyplot, variant_colours
-from evaluation.statistics import difference_over_seeds, paired_power
+from evaluation.statistics import (
+    RATIO_EQUIVALENCE_MARGIN,
+    difference_over_seeds,
+    paired_equivalence,
+    paired_power,
+)
 from studies.cells import (
     POWER_NOTE,
     cell,
+    equivalence_cell,
     holm_by_family,
     interval,
     power_cell,
@@ -23,6 +29,12 @@ from studies.records import StudyRecord
 LENGTH_KEYS = ("length_ratio", "bp")
 # each variant minus the baseline per bucket: kept BLEU, kept BLEU over in-range, short length ratio
 DIFFERENCE_KEYS = ("ratio", "over_in_range", "short_length_ratio")
+EQUIVALENCE_NOTE = (
+    f"TOST: two one-sided paired t-tests of -{RATIO_EQUIVALENCE_MARGIN:g} < Δ ratio < "
+    f"+{RATIO_EQUIVALENCE_MARGIN:g} (±1 BLEU where the control scores 33), "
+    "Holm within the bucket; the smallest margin its 90% interval shows equivalent: where the "
+    "Holm p is under 0.05, the two keep the same share there within the margin."
+)
 
 
 def bucket_cells(
@@ -94,30 +106,34 @@ def by_seed(values: dict[str, float]) -> dict[int, float]:
     return {int(s): v for s, v in values.items()}
 
 
-def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
-    """Every variant minus the baseline per bucket, by seed (DIFFERENCE_KEYS); Holm p;
-    the Δ ratio 80% power detects over the paired seeds ("power")."""
-    base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
-    differences = [
+def bucket_difference(row: dict, base: dict) -> dict:
+    """One variant minus the baseline at one bucket, by seed (DIFFERENCE_KEYS); the Δ ratio 80%
+    power detects ("power") and its TOST at ±RATIO_EQUIVALENCE_MARGIN ("equivalence")."""
+    ratios = by_seed(base["ratio_by_seed"]), by_seed(row["ratio_by_seed"])
+    return (
         {k: row[k] for k in ("variant", "bucket", "low", "high", "beyond", "n")}
-        | {"baseline": baseline}
+        | {"baseline": base["variant"]}
         | {
             key: difference_over_seeds(
-                by_seed(base[row["bucket"]][f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
+                by_seed(base[f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
             )
             for key in DIFFERENCE_KEYS
         }
-        | {
-            "power": asdict(
-                paired_power(
-                    by_seed(base[row["bucket"]]["ratio_by_seed"]), by_seed(row["ratio_by_seed"])
-                )
-            )
-        }
+        | {"power": asdict(paired_power(*ratios))}
+        | {"equivalence": asdict(paired_equivalence(*ratios, RATIO_EQUIVALENCE_MARGIN))}
+    )
+
+
+def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
+    """Every variant minus the baseline per bucket (bucket_difference), each column's p and the
+    equivalence p Holm-adjusted within the family of one bucket."""
+    base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
+    differences = [
+        bucket_difference(row, base[row["bucket"]])
         for row in rows
         if row["variant"] != baseline and row["bucket"] in base
     ]
-    holm_by_family(differences, lambda d: (d["bucket"],), DIFFERENCE_KEYS)
+    holm_by_family(differences, lambda d: (d["bucket"],), (*DIFFERENCE_KEYS, "equivalence"))
     return differences
 
 
@@ -203,17 +219,19 @@ def bucket_markdown(table: dict) -> str:
             "(below zero: the variant's short-trained outputs stop earlier there, so a BLEU loss "
             "beside it is the end-of-sentence prior's as much as the encoding's). Holm p: the "
             "t-test's p adjusted by Holm within the family of every variant at one bucket, per "
-            "column. " + POWER_NOTE,
+            "column. " + POWER_NOTE + " " + EQUIVALENCE_NOTE,
             "",
             "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range "
-            "| Δ length ratio (short) | 80% power detects (Δ ratio) |",
-            "|---|---|---|---|---|---|---|---|",
+            "| Δ length ratio (short) | 80% power detects (Δ ratio) "
+            f"| Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}: TOST p (Holm), smallest margin |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
     for diff in table["differences"]:
         lines.append(
             f"{row_start(diff)} | {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
             f"| {signed_cell(diff['over_in_range'], 3)} "
-            f"| {signed_cell(diff['short_length_ratio'], 3)} | {power_cell(diff['power'], 3)} |"
+            f"| {signed_cell(diff['short_length_ratio'], 3)} | {power_cell(diff['power'], 3)} "
+            f"| {equivalence_cell(diff['equivalence'], 3)} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -65,11 +65,11 @@ def power_cell(power: dict, digits: int = 2) -> str:
     return f"{power['detectable']:.{digits}f} (SD {power['sd']:.{digits}f}, n {power['n']})"
 
 
-def equivalence_cell(test: dict) -> str:
+def equivalence_cell(test: dict, digits: int = 2) -> str:
     """TOST's p (Holm) and the smallest margin shown, or an em dash (under 2 paired seeds)."""
     if test.get("p") is None:
         return "—"
-    return f"{p_cell(test)}, ±{test['smallest_margin']:.2f}"
+    return f"{p_cell(test)}, ±{test['smallest_margin']:.{digits}f}"
 
 
 def seeds_cell(diff: dict) -> str:

@@ -7,10 +7,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from evaluation.plots import pyplot, variant_colours
-from evaluation.statistics import difference_over_seeds, paired_power
+from evaluation.statistics import (
+    EQUIVALENCE_MARGIN,
+    difference_over_seeds,
+    paired_equivalence,
+    paired_power,
+)
 from studies.cells import (
     POWER_NOTE,
     cell,
+    equivalence_cell,
     holm_by_family,
     interval,
     power_cell,
@@ -22,17 +28,26 @@ from studies.records import StudyRecord
 
 CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines", "left_out")
 CONCAT_DIFFERENCES = ("bleu", "length_ratio", "bleu_ratio_to_k1")
+# each Holm family adjusts the t-tests' p of CONCAT_DIFFERENCES and the Δ BLEU's TOST p
+HOLM_KEYS = (*CONCAT_DIFFERENCES, "equivalence")
+EQUIVALENCE_NOTE = (
+    f"TOST: two one-sided paired t-tests of -{EQUIVALENCE_MARGIN:g} < Δ BLEU < "
+    f"+{EQUIVALENCE_MARGIN:g} (row (E)'s margin), Holm within the family; the smallest margin "
+    "its 90% interval shows equivalent."
+)
+EQUIVALENCE_HEADER = f"Δ BLEU within ±{EQUIVALENCE_MARGIN:g}: TOST p (Holm), smallest margin"
 
 
 def concat_differences(base: list[dict], other: list[dict]) -> dict:
-    """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics), and the
-    BLEU difference 80% power detects over the paired seeds ("power")."""
+    """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics), the BLEU
+    difference 80% power detects over the paired seeds ("power") and its TOST ("equivalence")."""
     by_seed = {
         key: [{r["seed"]: r[key] for r in side if r[key] is not None} for side in (base, other)]
         for key in CONCAT_DIFFERENCES
     }
     return {key: difference_over_seeds(*sides) for key, sides in by_seed.items()} | {
-        "power": asdict(paired_power(*by_seed["bleu"]))
+        "power": asdict(paired_power(*by_seed["bleu"])),
+        "equivalence": asdict(paired_equivalence(*by_seed["bleu"])),
     }
 
 
@@ -96,10 +111,8 @@ def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -
                 | concat_differences(control, group)
                 | {"bleu_over_control": ratio_to_control(control, group)}
             )
-    holm_by_family(
-        differences, lambda d: (d["baseline"], d["condition"], d["k"]), CONCAT_DIFFERENCES
-    )
-    holm_by_family(remedy, lambda d: (d["k"],), CONCAT_DIFFERENCES)
+    holm_by_family(differences, lambda d: (d["baseline"], d["condition"], d["k"]), HOLM_KEYS)
+    holm_by_family(remedy, lambda d: (d["k"],), HOLM_KEYS)
     return {
         "splits": list(CONCAT_SPLITS),
         "ks": list(KS),
@@ -143,17 +156,20 @@ def concat_markdown(table: dict) -> str:
                 "Paired by seed over the seeds both ran, with the 95% t-interval (Welch over all "
                 "seeds where fewer than two are shared); Holm p: the t-test's p adjusted by Holm "
                 "within the family of every variant at one condition and k, per column. "
-                + POWER_NOTE,
+                + POWER_NOTE
+                + " "
+                + EQUIVALENCE_NOTE,
                 "",
                 "| condition | variant | k | seeds | Δ BLEU | Δ length ratio | Δ BLEU(k)/BLEU(1) "
-                "| 80% power detects (Δ BLEU) |",
-                "|---|---|---|---|---|---|---|---|",
+                f"| 80% power detects (Δ BLEU) | {EQUIVALENCE_HEADER} |",
+                "|---|---|---|---|---|---|---|---|---|",
             ]
         lines.append(
             f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
             f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "
             f"| {signed_cell(diff['length_ratio'], 3)} "
-            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} |"
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} "
+            f"| {equivalence_cell(diff['equivalence'])} |"
         )
     if table["joined_minus_all"]:
         lines += [
@@ -163,18 +179,20 @@ def concat_markdown(table: dict) -> str:
             "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
             "above (Holm within each k); what is left of the drop under it is what the position "
             "encoding owes. BLEU joined / all: each seed's joined BLEU over its all-lengths "
-            "control's at that k (the ratio to the control), mean ± std [95% interval].",
+            "control's at that k (the ratio to the control), mean ± std [95% interval]. "
+            + EQUIVALENCE_NOTE,
             "",
             "| variant | k | seeds | BLEU joined / all | Δ BLEU | Δ length ratio "
-            "| Δ BLEU(k)/BLEU(1) | 80% power detects (Δ BLEU) |",
-            "|---|---|---|---|---|---|---|---|",
+            f"| Δ BLEU(k)/BLEU(1) | 80% power detects (Δ BLEU) | {EQUIVALENCE_HEADER} |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
     for diff in table["joined_minus_all"]:
         lines.append(
             f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
             f"| {cell(diff['bleu_over_control'], 3)} "
             f"| {signed_cell(diff['bleu'])} | {signed_cell(diff['length_ratio'], 3)} "
-            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} |"
+            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} "
+            f"| {equivalence_cell(diff['equivalence'])} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -17,6 +17,7 @@ from evaluation.statistics import (
     add_holm,
     difference_over_seeds,
     equivalence,
+    paired_equivalence,
     paired_power,
     power_statement,
     stdev,
@@ -166,8 +167,8 @@ def table3(
         diff["power"] = asdict(
             paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
         )
-        diff["equivalence"] = paired_equivalence(
-            scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu")
+        diff["equivalence"] = asdict(
+            paired_equivalence(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
         )
     for key in ("chrf_across_seeds", "equivalence"):
         add_holm([diff[key] for diff in result["differences"]])
@@ -189,12 +190,6 @@ def scores_by_seed(runs: list[StudyRecord], key: str) -> dict[int, float]:
     return {r.seed: getattr(r.test, key) for r in runs}
 
 
-def paired_equivalence(base: dict[int, float], other: dict[int, float]) -> dict:
-    """TOST at ±1 BLEU over the shared seeds (evaluation/statistics.py: equivalence), so that
-    "no difference" is claimed only where both one-sided tests reject; under 2 seeds: None."""
-    return asdict(equivalence([other[s] - base[s] for s in sorted(set(base) & set(other))]))
-
-
 def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> list[dict]:
     """Each variant minus baseline by seed (sacreBLEU, chrF), each column one Holm family."""
     base = by_variant.get(baseline, [])
@@ -213,8 +208,8 @@ def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> l
             "power": asdict(
                 paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu"))
             ),
-            "equivalence": paired_equivalence(
-                scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
+            "equivalence": asdict(
+                paired_equivalence(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu"))
             ),
         }
         for variant, runs in sorted(by_variant.items())

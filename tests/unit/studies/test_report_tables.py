@@ -4,8 +4,9 @@ import statistics
 from dataclasses import replace
 
 import pytest
+from scipy import stats
 
-from evaluation.statistics import power_statement
+from evaluation.statistics import RATIO_EQUIVALENCE_MARGIN, power_statement
 from studies.buckets import bucket_markdown, bucket_table
 from studies.cells import equivalence_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table
@@ -379,3 +380,90 @@ def test_bucket_length_ratio_minus_sinusoidal_is_paired_and_holm_adjusted():
     text = bucket_markdown(table)
     assert "| Δ length ratio (short) |" in text
     assert f"| -0.110 [{rope['low']:+.3f}, {rope['high']:+.3f}], Holm p " in text
+
+
+def tost_p(diffs: list[float], margin: float) -> float:
+    """Two one-sided t-tests of -margin < mean < +margin, computed here with scipy: the larger p."""
+    lower = stats.ttest_1samp([d + margin for d in diffs], 0.0, alternative="greater").pvalue
+    upper = stats.ttest_1samp([d - margin for d in diffs], 0.0, alternative="less").pvalue
+    return max(lower, upper)
+
+
+def test_bucket_ratio_equivalence_is_tost_at_the_ratio_margin_holm_per_bucket():
+    """Per bucket, each variant's kept share (short / control) minus sinusoidal's gets TOST at
+    ±RATIO_EQUIVALENCE_MARGIN over the paired seeds, Holm within the bucket: a variant keeping
+    the same share is shown equivalent, one keeping much less is not."""
+    short = {
+        "sinusoidal": (20.0, 21.0, 19.0),
+        "close": (20.2, 20.9, 19.1),  # ratio within ±0.006 of sinusoidal's at every seed
+        "far": (14.0, 17.0, 13.0),
+    }
+
+    def record(condition, variant, seed, bleu):
+        rows = [{"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": bleu}]
+        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
+
+    records = [
+        record(condition, variant, seed, bleu if condition == "short" else 40.0)
+        for variant, bleus in short.items()
+        for seed, bleu in enumerate(bleus, start=1)
+        for condition in ("short", "all")
+    ]
+    table = bucket_table(records)
+    tests = {d["variant"]: d["equivalence"] for d in table["differences"]}
+    for variant in ("close", "far"):
+        diffs = [(o - b) / 40 for o, b in zip(short[variant], short["sinusoidal"], strict=True)]
+        assert tests[variant]["p"] == pytest.approx(tost_p(diffs, RATIO_EQUIVALENCE_MARGIN))
+        assert tests[variant]["margin"] == RATIO_EQUIVALENCE_MARGIN and tests[variant]["n"] == 3
+    assert [tests[v]["family_size"] for v in ("close", "far")] == [2, 2]
+    assert tests["close"]["p_holm"] == pytest.approx(2 * tests["close"]["p"])  # the smaller p
+    assert tests["close"]["p_holm"] < 0.05
+    assert tests["far"]["p_holm"] > 0.05
+    text = bucket_markdown(table)
+    assert f"Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}: TOST p (Holm)" in text
+    assert f"| {equivalence_cell(tests['close'], 3)} |" in text
+
+
+def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
+    """Each variant minus sinusoidal at each k, and joined minus all, get TOST at ±1 BLEU over
+    the paired seeds, Holm within the family; one seed against several decides nothing."""
+    bleus = {
+        ("all", "sinusoidal"): (30.0, 32.0, 31.0),
+        ("all", "rope"): (30.2, 31.9, 31.1),
+        ("all", "alibi"): (25.0, 29.0, 24.0),
+        ("joined", "rope"): (30.1, 32.3, 30.8),
+    }
+
+    def record(condition, variant, seed, bleu):
+        concat = [
+            {"split": POOLED, "k": 1, "bleu": bleu, "chrf": 50.0, "bp": 1.0}
+            | {"length_ratio": 1.0, "unigram_precision": 50.0, "lines": 100, "left_out": 0}
+        ]
+        return record_of(condition, variant, seed, concat=concat)
+
+    records = [
+        record(condition, variant, seed, bleu)
+        for (condition, variant), values in bleus.items()
+        for seed, bleu in enumerate(values, start=1)
+    ]
+    records.append(record("all", "t5", 1, 31.0))
+    table = concat_table(records)
+    tests = {
+        d["variant"]: d["equivalence"] for d in table["differences"] if d["condition"] == "all"
+    }
+    for variant in ("rope", "alibi"):
+        diffs = [
+            o - b for o, b in zip(bleus["all", variant], bleus["all", "sinusoidal"], strict=True)
+        ]
+        assert tests[variant]["p"] == pytest.approx(tost_p(diffs, 1.0))
+    assert tests["t5"]["p"] is None and tests["rope"]["family_size"] == 2
+    assert tests["rope"]["p_holm"] == pytest.approx(2 * tests["rope"]["p"])  # the smaller p
+    assert tests["rope"]["p_holm"] < 0.05
+    assert tests["alibi"]["p_holm"] > 0.05
+    (remedy,) = table["joined_minus_all"]
+    diffs = [o - b for o, b in zip(bleus["joined", "rope"], bleus["all", "rope"], strict=True)]
+    assert remedy["equivalence"]["p"] == pytest.approx(tost_p(diffs, 1.0))
+    text = concat_markdown(table)
+    # minus sinusoidal (no learned runs: no second baseline), and joined minus all
+    assert text.count("Δ BLEU within ±1: TOST p (Holm), smallest margin") == 2
+    assert f"| {equivalence_cell(tests['rope'])} |" in text
