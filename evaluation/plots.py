@@ -22,6 +22,11 @@ VARIANTS = tuple(
 VARIANT_COLOURS = {name: f"C{i}" for i, name in enumerate(VARIANTS)}
 
 
+def variant_rank(name: str) -> int:
+    """Where a variant stands in the figures' order (VARIANTS), others after: a sort key."""
+    return VARIANTS.index(name) if name in VARIANTS else len(VARIANTS)
+
+
 def variant_colours(variants) -> dict[str, str]:
     """Each variant's colour: its own for the configs' variants; any other takes C9, then the
     colours of configs' variants not drawn here (C8 down), so the figure repeats none."""

@@ -261,6 +261,8 @@ def paired_power(base: dict[int, float], other: dict[int, float]) -> Power:
     """power_statement for other - base over the seeds both have (the pairs a paired t-test
     takes); under two shared seeds, nothing is detectable (detectable None)."""
     diffs = [other[s] - base[s] for s in sorted(set(base) & set(other))]
+    if len(diffs) >= 2 and no_spread(diffs):  # float noise as an SD makes the solver's t nan
+        return power_statement(0.0, len(diffs))
     return power_statement(stdev(diffs), len(diffs))
 
 

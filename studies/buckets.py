@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from evaluation.plots import pyplot, variant_colours
+from evaluation.plots import pyplot, save, variant_colours, variant_rank
 from evaluation.statistics import (
     RATIO_EQUIVALENCE_MARGIN,
     difference_over_seeds,
@@ -259,34 +259,49 @@ def length_lines(table: dict) -> list[str]:
     return lines
 
 
-def plot_bucket_ratio(table: dict, path: Path) -> None:
-    """Short-trained BLEU / control BLEU per source-length bucket (with its sentences)."""
+# the figure's panels: each row's mean over the paired seeds (the line) and per seed (the band)
+RATIO_PANELS = (
+    ("ratio_paired", "ratio_by_seed", "BLEU short / BLEU control"),
+    ("over_in_range", "over_in_range_by_seed", "that ratio ÷ its in-range ratio"),
+)
 
+
+def bucket_ratio_figure(table: dict):
+    """Per source-length bucket (with its sentences), short-trained BLEU over the control's,
+    and that ratio over each seed's in-range ratio; the band spans the seeds."""
     plt = pyplot()
     buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
     position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
-    fig, ax = plt.subplots(figsize=(7, 4))
-    variants = sorted({r["variant"] for r in table["rows"]})
+    fig, axes = plt.subplots(1, len(RATIO_PANELS), figsize=(12, 4.2))
+    variants = sorted({r["variant"] for r in table["rows"]}, key=variant_rank)
     colours = variant_colours(variants)
-    for variant in variants:
-        rows = [r for r in table["rows"] if r["variant"] == variant and r["ratio"] is not None]
-        ax.plot(
-            [position[r["bucket"]] for r in rows],
-            [r["ratio"] for r in rows],
-            marker="o",
-            color=colours[variant],
-            label=variant,
-        )
-    ax.axhline(1.0, color="grey", linewidth=1)
-    seen = [x for x, (_, _, _, beyond) in enumerate(buckets) if not beyond]
-    if seen:
-        ax.axvline(max(seen) + 0.5, color="black", linestyle="--", linewidth=1)
-    labels = [f"{name}{'*' if beyond else ''}\n{n}" for _, name, n, beyond in buckets]
-    ax.set_xticks(range(len(buckets)), labels, fontsize=7)
-    ax.set_xlabel("source words (* beyond the short runs' lengths); sentences below")
-    ax.set_ylabel("BLEU: trained on short / on all lengths")
-    ax.set_title(f"Trained on <= {table['max_words']} words, relative to the control")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    for ax, (key, per_seed, title) in zip(axes, RATIO_PANELS, strict=True):
+        for variant in variants:
+            rows = [r for r in table["rows"] if r["variant"] == variant and r[per_seed]]
+            xs = [position[r["bucket"]] for r in rows]
+            ys = [r[key]["mean"] for r in rows]
+            seeds = [list(r[per_seed].values()) for r in rows]
+            n = max((len(s) for s in seeds), default=0)
+            colour = colours[variant]
+            label = f"{variant} ({n} seed{'s' * (n != 1)})"
+            ax.plot(xs, ys, marker="o", color=colour, label=label)
+            ax.fill_between(
+                xs, [min(s) for s in seeds], [max(s) for s in seeds], color=colour, alpha=0.15
+            )
+        ax.axhline(1.0, color="grey", linewidth=1)
+        seen = [x for x, (_, _, _, beyond) in enumerate(buckets) if not beyond]
+        if seen:
+            ax.axvline(max(seen) + 0.5, color="black", linestyle="--", linewidth=1)
+        ticks = [f"{name}{'*' if beyond else ''}\n{n}" for _, name, n, beyond in buckets]
+        ax.set_xticks(range(len(buckets)), ticks, fontsize=7)
+        ax.set_xlabel("source words (* beyond the short runs' lengths); sentences below")
+        ax.set_ylabel(f"{title} (band: seeds)")
+    axes[0].set_title(f"Trained on <= {table['max_words']} words, relative to the control")
+    axes[1].set_title(f"... and relative to what it keeps at {table['in_range']} words")
+    axes[0].legend(fontsize=7)
+    return fig
+
+
+def plot_bucket_ratio(table: dict, path: Path) -> None:
+    """bucket_ratio.png: bucket_ratio_figure, saved."""
+    save(bucket_ratio_figure(table), path)

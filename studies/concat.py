@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from evaluation.plots import pyplot, variant_colours
+from evaluation.plots import pyplot, variant_colours, variant_rank
 from evaluation.statistics import (
     EQUIVALENCE_MARGIN,
     difference_over_seeds,
@@ -204,7 +204,7 @@ def plot_bleu_vs_k(table: dict, path: Path) -> None:
     conditions = [c for c in ("all", "joined") if any(r["condition"] == c for r in table["runs"])]
     fig, axes = plt.subplots(1, max(len(conditions), 1), figsize=(5 * max(len(conditions), 1), 4))
     axes = [axes] if len(conditions) <= 1 else list(axes)
-    variants = sorted({r["variant"] for r in table["runs"]})
+    variants = sorted({r["variant"] for r in table["runs"]}, key=variant_rank)
     colours = variant_colours(variants)
     for ax, condition in zip(axes, conditions, strict=False):
         for variant in variants:

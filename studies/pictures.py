@@ -26,7 +26,7 @@ from evaluation.attention import (
     position_vectors,
     uniform_distance,
 )
-from evaluation.plots import VARIANTS, pyplot, save
+from evaluation.plots import pyplot, save, variant_rank
 from evaluation.translate import fitting_lines
 from model.position import PositionRangeError
 from runs.load import load_run, rebuild_model
@@ -206,8 +206,7 @@ def kept_pictures(out: Path, split: str, positions: int) -> list[RunPicture]:
 
 def in_variant_order(pictures: Sequence[RunPicture]) -> list[RunPicture]:
     """The configs' variants in their figures' order (sinusoidal, learned, ...), others after."""
-    rank = {name: i for i, name in enumerate(VARIANTS)}
-    return sorted(pictures, key=lambda p: rank.get(p.variant, len(VARIANTS)))
+    return sorted(pictures, key=lambda p: variant_rank(p.variant))
 
 
 def pictures(

@@ -19,6 +19,7 @@ from evaluation.statistics import (
     holm,
     mean,
     paired_bootstrap,
+    paired_power,
     paired_t_interval,
     power_statement,
     resampled_difference,
@@ -188,6 +189,17 @@ def test_power_statement_is_the_effect_detected_at_that_power():
     assert two.seeds_for_one == got.seeds_for_one  # what more seeds need does not depend on n
     assert power_statement(sd=0.02, n=2).seeds_for_one == 2  # 2 seeds already detect 1.0
     assert power_statement(sd=1e4, n=3).seeds_for_one is None  # no count below 10^7 does
+
+
+def test_paired_power_of_differences_equal_but_for_float_noise_names_no_effect():
+    """0.6 - 0.5 and 0.4 - 0.3 differ by float noise alone (an SD of ~3e-17): no spread, so no
+    detectable effect is named (the solver would see a nan t), as for exactly equal ones."""
+    noisy = paired_power({1: 0.5, 2: 0.3}, {1: 0.6, 2: 0.4})
+    assert noisy.n == 2 and noisy.sd == 0.0 and noisy.detectable is None
+    spread = paired_power({1: 0.5, 2: 0.3}, {1: 0.6, 2: 0.45})
+    assert spread.detectable == pytest.approx(
+        power_statement(statistics.stdev([0.1, 0.15]), 2).detectable
+    )
 
 
 def toy_corpus(seed: int, drop: float, n: int = 40) -> tuple[list[str], list[str]]:

@@ -6,8 +6,9 @@ from dataclasses import replace
 import pytest
 from scipy import stats
 
+from evaluation.plots import pyplot
 from evaluation.statistics import RATIO_EQUIVALENCE_MARGIN, power_statement
-from studies.buckets import bucket_markdown, bucket_table
+from studies.buckets import bucket_markdown, bucket_ratio_figure, bucket_table
 from studies.cells import equivalence_cell, seeds_cell
 from studies.concat import concat_markdown, concat_table
 from studies.plan import KS, POOLED, SEARCH
@@ -467,3 +468,36 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
     # minus sinusoidal (no learned runs: no second baseline), and joined minus all
     assert text.count("Δ BLEU within ±1: TOST p (Holm), smallest margin") == 2
     assert f"| {equivalence_cell(tests['rope'])} |" in text
+
+
+def test_the_bucket_figure_draws_paired_means_with_the_seeds_band_in_variant_order():
+    """Two panels (kept share, and it over the in-range share); a line per variant in the
+    figures' order with its seed count, through the paired seeds' mean, the band their range."""
+    short = {"alibi": (18.0, 12.0), "sinusoidal": (15.0, 9.0)}  # alphabetically first, drawn second
+
+    def record(condition, variant, seed, bleu):
+        rows = [
+            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
+            | {"n": 9, "bleu": 30.0 if low < 11 else bleu}
+            for low in (6, 11)
+        ]
+        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
+
+    records = [
+        record(condition, variant, seed, bleu if condition == "short" else 30.0)
+        for variant, bleus in short.items()
+        for seed, bleu in enumerate(bleus, start=1)
+        for condition in ("short", "all")
+    ]
+    fig = bucket_ratio_figure(bucket_table(records))
+    try:
+        kept, relative = fig.axes
+        labels = [t.get_text() for t in kept.get_legend().get_texts()]
+        assert labels == ["sinusoidal (2 seeds)", "alibi (2 seeds)"]
+        alibi = [line for line in kept.get_lines() if line.get_label().startswith("alibi")][0]
+        assert list(alibi.get_ydata()) == pytest.approx([1.0, (0.6 + 0.4) / 2])
+        band = kept.collections[1].get_paths()[0].vertices[:, 1]  # alibi's, drawn second
+        assert min(band) == pytest.approx(0.4) and max(band) == pytest.approx(1.0)
+        assert relative.get_ylabel().startswith("that ratio ÷ its in-range ratio")
+    finally:
+        pyplot().close(fig)
