@@ -390,6 +390,28 @@ def tost_p(diffs: list[float], margin: float) -> float:
     return max(lower, upper)
 
 
+def short_and_control(
+    short: dict[str, tuple[float, ...]], control: float, lows: tuple[int, ...] = (11,)
+) -> list[StudyRecord]:
+    """Short and all-lengths records of each variant, seed by seed (L = 10, 5-word buckets from
+    lows): the control scores control everywhere, the short run its BLEU beyond L."""
+
+    def record(condition, variant, seed, bleu):
+        rows = [
+            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
+            | {"n": 9, "bleu": bleu if low > 10 else control}
+            for low in lows
+        ]
+        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
+
+    return [
+        record(condition, variant, seed, bleu if condition == "short" else control)
+        for variant, bleus in short.items()
+        for seed, bleu in enumerate(bleus, start=1)
+        for condition in ("short", "all")
+    ]
+
+
 def test_bucket_ratio_equivalence_is_tost_at_the_ratio_margin_holm_per_bucket():
     """Per bucket, each variant's kept share (short / control) minus sinusoidal's gets TOST at
     ±RATIO_EQUIVALENCE_MARGIN over the paired seeds, Holm within the bucket: a variant keeping
@@ -399,18 +421,7 @@ def test_bucket_ratio_equivalence_is_tost_at_the_ratio_margin_holm_per_bucket():
         "close": (20.2, 20.9, 19.1),  # ratio within ±0.006 of sinusoidal's at every seed
         "far": (14.0, 17.0, 13.0),
     }
-
-    def record(condition, variant, seed, bleu):
-        rows = [{"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": bleu}]
-        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
-
-    records = [
-        record(condition, variant, seed, bleu if condition == "short" else 40.0)
-        for variant, bleus in short.items()
-        for seed, bleu in enumerate(bleus, start=1)
-        for condition in ("short", "all")
-    ]
-    table = bucket_table(records)
+    table = bucket_table(short_and_control(short, control=40.0))
     tests = {d["variant"]: d["equivalence"] for d in table["differences"]}
     for variant in ("close", "far"):
         diffs = [(o - b) / 40 for o, b in zip(short[variant], short["sinusoidal"], strict=True)]
@@ -474,22 +485,7 @@ def test_the_bucket_figure_draws_paired_means_with_the_seeds_band_in_variant_ord
     """Two panels (kept share, and it over the in-range share); a line per variant in the
     figures' order with its seed count, through the paired seeds' mean, the band their range."""
     short = {"alibi": (18.0, 12.0), "sinusoidal": (15.0, 9.0)}  # alphabetically first, drawn second
-
-    def record(condition, variant, seed, bleu):
-        rows = [
-            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
-            | {"n": 9, "bleu": 30.0 if low < 11 else bleu}
-            for low in (6, 11)
-        ]
-        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
-
-    records = [
-        record(condition, variant, seed, bleu if condition == "short" else 30.0)
-        for variant, bleus in short.items()
-        for seed, bleu in enumerate(bleus, start=1)
-        for condition in ("short", "all")
-    ]
-    fig = bucket_ratio_figure(bucket_table(records))
+    fig = bucket_ratio_figure(bucket_table(short_and_control(short, 30.0, lows=(6, 11))))
     try:
         kept, relative = fig.axes
         labels = [t.get_text() for t in kept.get_legend().get_texts()]
