@@ -14,9 +14,11 @@ from evaluation.statistics import (
 )
 from studies.cells import (
     POWER_NOTE,
+    SURVIVORS_NOTE,
     cell,
     equivalence_cell,
     holm_by_family,
+    holm_survivors,
     interval,
     power_cell,
     seeds_cell,
@@ -198,6 +200,7 @@ def bucket_markdown(table: dict) -> str:
     ]
     if not table["rows"]:
         return "\n".join(lines[:4] + ["No run of the short condition is scored yet."]) + "\n"
+    lines[4:4] = survivor_lines(table["differences"])
     for row in table["rows"]:
         ratio = "—" if row["ratio"] is None else f"{row['ratio']:.3f}"
         lines.append(
@@ -234,6 +237,31 @@ def bucket_markdown(table: dict) -> str:
             f"| {equivalence_cell(diff['equivalence'], 3)} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def survivor_label(diff: dict) -> str:
+    """A bucket difference named in words: variant, bucket (* beyond L), sentences."""
+    return f"{diff['variant']} at {diff['bucket']}{'*' if diff['beyond'] else ''} ({diff['n']})"
+
+
+def survivor_lines(differences: list[dict]) -> list[str]:
+    """buckets.md's summary: which bucket differences and equivalences survive Holm."""
+    if not differences:
+        return []
+    baseline = differences[0]["baseline"]
+    columns = (
+        ("ratio", f"Δ ratio (short / control) minus {baseline}'s", 3),
+        ("over_in_range", "Δ ratio ÷ in-range", 3),
+        ("short_length_ratio", "Δ length ratio (short)", 3),
+        ("equivalence", f"Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}", 3),
+    )
+    return [
+        "**What survives Holm's correction**, each variant minus "
+        f"{baseline} per bucket (the tables below). " + SURVIVORS_NOTE,
+        "",
+        *holm_survivors(differences, survivor_label, columns),
+        "",
+    ]
 
 
 def length_lines(table: dict) -> list[str]:

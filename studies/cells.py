@@ -95,3 +95,37 @@ def holm_by_family(diffs: list[dict], family: Callable[[dict], tuple], keys: Seq
     for group in groups.values():
         for key in keys:
             add_holm([diff[key] for diff in group])
+
+
+ALPHA = 0.05  # the family-wise error rate every Holm family is held to
+
+
+def survivor_cell(test: dict, equivalence: bool, digits: int) -> str:
+    """A surviving test in the words of its table: a difference with its interval and Holm p,
+    or an equivalence with its TOST p (Holm) and the smallest margin shown."""
+    if equivalence:
+        return f"TOST {equivalence_cell(test, digits)}"
+    return signed_cell(test, digits)
+
+
+def holm_survivors(
+    diffs: list[dict], label: Callable[[dict], str], columns: Sequence[tuple[str, str, int]]
+) -> list[str]:
+    """One Markdown bullet per column (key, what it tests, digits): how many of its tests keep a
+    Holm-adjusted p under ALPHA, and under it one bullet each (label names the row)."""
+    lines = []
+    for key, name, digits in columns:
+        tested = [d for d in diffs if d[key].get("p_holm") is not None]
+        kept = [d for d in tested if d[key]["p_holm"] < ALPHA]
+        lines.append(f"- {name}: {len(kept)} of {len(tested)}")
+        lines += [
+            f"  - {label(d)}: {survivor_cell(d[key], key == 'equivalence', digits)}" for d in kept
+        ]
+    return lines
+
+
+SURVIVORS_NOTE = (
+    f"Each test whose Holm-adjusted p is under {ALPHA:g} in its family, out of those with a p; "
+    'every other difference is "not shown" (and not "no difference" unless its equivalence '
+    "test is listed)."
+)

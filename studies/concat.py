@@ -15,9 +15,11 @@ from evaluation.statistics import (
 )
 from studies.cells import (
     POWER_NOTE,
+    SURVIVORS_NOTE,
     cell,
     equivalence_cell,
     holm_by_family,
+    holm_survivors,
     interval,
     power_cell,
     seeds_cell,
@@ -137,6 +139,7 @@ def concat_markdown(table: dict) -> str:
         "| BLEU(k)/BLEU(1) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    lines[4:4] = survivor_lines(table)
     for row in table["summary"]:
         lines.append(
             f"| {row['condition']} | {row['variant']} | {row['k']} "
@@ -195,6 +198,40 @@ def concat_markdown(table: dict) -> str:
             f"| {equivalence_cell(diff['equivalence'])} |"
         )
     return "\n".join(lines) + "\n"
+
+
+SURVIVOR_COLUMNS = (
+    ("bleu", "Δ BLEU", 2),
+    ("length_ratio", "Δ length ratio", 3),
+    ("bleu_ratio_to_k1", "Δ BLEU(k)/BLEU(1)", 3),
+    ("equivalence", f"Δ BLEU within ±{EQUIVALENCE_MARGIN:g}", 2),
+)
+
+
+def survivor_lines(table: dict) -> list[str]:
+    """concat.md's summary: which differences and equivalences survive Holm, per table."""
+    groups = [
+        (
+            f"each variant minus {baseline}, per condition and k",
+            [d for d in table["differences"] if d["baseline"] == baseline],
+            lambda d: f"{d['condition']} {d['variant']} at k = {d['k']}",
+        )
+        for baseline in dict.fromkeys(d["baseline"] for d in table["differences"])
+    ]
+    if table["joined_minus_all"]:
+        groups.append(
+            (
+                "joined minus all, per variant and k",
+                table["joined_minus_all"],
+                lambda d: f"{d['variant']} at k = {d['k']}",
+            )
+        )
+    if not groups:
+        return []
+    lines = ["**What survives Holm's correction** (the tables below). " + SURVIVORS_NOTE, ""]
+    for title, diffs, label in groups:
+        lines += [f"{title.capitalize()}:", "", *holm_survivors(diffs, label, SURVIVOR_COLUMNS), ""]
+    return lines
 
 
 def plot_bleu_vs_k(table: dict, path: Path) -> None:

@@ -434,6 +434,11 @@ def test_bucket_ratio_equivalence_is_tost_at_the_ratio_margin_holm_per_bucket():
     text = bucket_markdown(table)
     assert f"Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}: TOST p (Holm)" in text
     assert f"| {equivalence_cell(tests['close'], 3)} |" in text
+    # the summary above the tables lists the equivalence that survives Holm, and only it
+    summary = text.split("| variant |")[0]
+    assert f"- Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}: 1 of 2\n" in summary
+    assert f"  - close at 11-15* (9): TOST {equivalence_cell(tests['close'], 3)}\n" in summary
+    assert "far at 11-15* (9): TOST" not in summary
 
 
 def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
@@ -479,6 +484,11 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
     # minus sinusoidal (no learned runs: no second baseline), and joined minus all
     assert text.count("Δ BLEU within ±1: TOST p (Holm), smallest margin") == 2
     assert f"| {equivalence_cell(tests['rope'])} |" in text
+    summary = text.split("| condition |")[0]
+    assert "Each variant minus sinusoidal, per condition and k:" in summary
+    assert "Joined minus all, per variant and k:" in summary
+    assert f"  - all rope at k = 1: TOST {equivalence_cell(tests['rope'])}\n" in summary
+    assert "all alibi at k = 1: TOST" not in summary
 
 
 def test_the_bucket_figure_draws_paired_means_with_the_seeds_band_in_variant_order():
