@@ -60,6 +60,33 @@ def ratio_to_control(control: list[dict], group: list[dict]) -> dict:
     return interval([r["bleu"] / base[r["seed"]] for r in shared])
 
 
+def concat_comparisons(
+    groups: dict[tuple, list[dict]], baselines: Sequence[str]
+) -> tuple[list[dict], list[dict]]:
+    """Every variant minus each baseline per condition and k, a pair of baselines once, and
+    each variant's joined runs minus its all-lengths control per k; Holm within each family."""
+    differences, remedy = [], []
+    for number, baseline in enumerate(baselines):
+        for (condition, variant, k), group in sorted(groups.items()):
+            base = groups.get((condition, baseline, k))
+            if variant not in baselines[: number + 1] and base:
+                differences.append(
+                    {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
+                    | concat_differences(base, group)
+                )
+    for (condition, variant, k), group in sorted(groups.items()):
+        control = groups.get(("all", variant, k))
+        if condition == "joined" and control:
+            remedy.append(
+                {"variant": variant, "k": k}
+                | concat_differences(control, group)
+                | {"bleu_over_control": ratio_to_control(control, group)}
+            )
+    holm_by_family(differences, lambda d: (d["baseline"], d["condition"], d["k"]), HOLM_KEYS)
+    holm_by_family(remedy, lambda d: (d["k"],), HOLM_KEYS)
+    return differences, remedy
+
+
 def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -> dict:
     """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
 
@@ -96,25 +123,7 @@ def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -
                 for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
             }
         )
-    differences, remedy = [], []
-    for number, baseline in enumerate(baselines):
-        for (condition, variant, k), group in sorted(groups.items()):
-            base = groups.get((condition, baseline, k))
-            if variant not in baselines[: number + 1] and base:
-                differences.append(
-                    {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
-                    | concat_differences(base, group)
-                )
-    for (condition, variant, k), group in sorted(groups.items()):
-        control = groups.get(("all", variant, k))
-        if condition == "joined" and control:
-            remedy.append(
-                {"variant": variant, "k": k}
-                | concat_differences(control, group)
-                | {"bleu_over_control": ratio_to_control(control, group)}
-            )
-    holm_by_family(differences, lambda d: (d["baseline"], d["condition"], d["k"]), HOLM_KEYS)
-    holm_by_family(remedy, lambda d: (d["k"],), HOLM_KEYS)
+    differences, remedy = concat_comparisons(groups, baselines)
     return {
         "splits": list(CONCAT_SPLITS),
         "ks": list(KS),
@@ -148,8 +157,15 @@ def concat_markdown(table: dict) -> str:
             f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
             f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
         )
+    lines += difference_lines(table["differences"]) + remedy_lines(table["joined_minus_all"])
+    return "\n".join(lines) + "\n"
+
+
+def difference_lines(differences: list[dict]) -> list[str]:
+    """concat.md's tables of each variant minus each baseline, per condition and k."""
+    lines: list[str] = []
     baseline = None
-    for diff in table["differences"]:
+    for diff in differences:
         if diff["baseline"] != baseline:
             baseline = diff["baseline"]
             lines += [
@@ -174,22 +190,28 @@ def concat_markdown(table: dict) -> str:
             f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} "
             f"| {equivalence_cell(diff['equivalence'])} |"
         )
-    if table["joined_minus_all"]:
-        lines += [
-            "",
-            "## Trained on joined lines minus trained on single sentences, per variant and k",
-            "",
-            "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
-            "above (Holm within each k); what is left of the drop under it is what the position "
-            "encoding owes. BLEU joined / all: each seed's joined BLEU over its all-lengths "
-            "control's at that k (the ratio to the control), mean ± std [95% interval]. "
-            + EQUIVALENCE_NOTE,
-            "",
-            "| variant | k | seeds | BLEU joined / all | Δ BLEU | Δ length ratio "
-            f"| Δ BLEU(k)/BLEU(1) | 80% power detects (Δ BLEU) | {EQUIVALENCE_HEADER} |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-    for diff in table["joined_minus_all"]:
+    return lines
+
+
+def remedy_lines(remedy: list[dict]) -> list[str]:
+    """concat.md's table of joined minus all, per variant and k (Variš & Bojar's remedy)."""
+    if not remedy:
+        return []
+    lines = [
+        "",
+        "## Trained on joined lines minus trained on single sentences, per variant and k",
+        "",
+        "What the joined condition (Variš & Bojar's remedy) gives back, paired by seed as "
+        "above (Holm within each k); what is left of the drop under it is what the position "
+        "encoding owes. BLEU joined / all: each seed's joined BLEU over its all-lengths "
+        "control's at that k (the ratio to the control), mean ± std [95% interval]. "
+        + EQUIVALENCE_NOTE,
+        "",
+        "| variant | k | seeds | BLEU joined / all | Δ BLEU | Δ length ratio "
+        f"| Δ BLEU(k)/BLEU(1) | 80% power detects (Δ BLEU) | {EQUIVALENCE_HEADER} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for diff in remedy:
         lines.append(
             f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
             f"| {cell(diff['bleu_over_control'], 3)} "
@@ -197,7 +219,7 @@ def concat_markdown(table: dict) -> str:
             f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} "
             f"| {equivalence_cell(diff['equivalence'])} |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 SURVIVOR_COLUMNS = (
