@@ -29,8 +29,9 @@ from studies.records import StudyRecord
 
 # per bucket beside BLEU: what tells a shorter output (the end-of-sentence prior) from a worse one
 LENGTH_KEYS = ("length_ratio", "bp")
-# each variant minus the baseline per bucket: kept BLEU, kept BLEU over in-range, short length ratio
-DIFFERENCE_KEYS = ("ratio", "over_in_range", "short_length_ratio")
+# each variant minus the baseline per bucket: kept BLEU, kept BLEU over in-range, kept BLEU with
+# the brevity penalty divided out, short length ratio
+DIFFERENCE_KEYS = ("ratio", "over_in_range", "ratio_without_bp", "short_length_ratio")
 EQUIVALENCE_NOTE = (
     f"TOST: two one-sided paired t-tests of -{RATIO_EQUIVALENCE_MARGIN:g} < Δ ratio < "
     f"+{RATIO_EQUIVALENCE_MARGIN:g} (±1 BLEU where the control scores 33), "
@@ -66,6 +67,21 @@ def add_lengths(rows: list[dict], records: list[StudyRecord]) -> None:
                 kept = {str(seed): v for seed, v in values.items() if v is not None}
                 row[f"{name}_{score}"] = interval(list(kept.values()))
                 row[f"{name}_{score}_by_seed"] = kept
+    for row in rows:
+        add_ratio_without_bp(row)
+
+
+def add_ratio_without_bp(row: dict) -> None:
+    """The kept share with each side's brevity penalty divided out, per seed that has both BPs:
+    BLEU / BP is the geometric mean of the n-gram precisions (Papineni et al. 2002), so
+    what is left of a drop here is not the outputs' length (the end-of-sentence prior)."""
+    short, control = row["short_bp_by_seed"], row["control_bp_by_seed"]
+    row["ratio_without_bp_by_seed"] = {
+        seed: round(ratio * control[seed] / short[seed], 4)
+        for seed, ratio in row["ratio_by_seed"].items()
+        if short.get(seed) and control.get(seed)
+    }
+    row["ratio_without_bp"] = interval(list(row["ratio_without_bp_by_seed"].values()))
 
 
 def bucket_row(variant: str, size: dict, short: dict, control: dict) -> dict:
@@ -218,21 +234,24 @@ def bucket_markdown(table: dict) -> str:
             "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
             "t-interval: below zero, the variant keeps less of its all-lengths BLEU there; the "
             "same for the ratio ÷ in-range (below zero beyond the training lengths: the variant "
-            "loses more there than it does within them); and the short runs' length ratio "
+            "loses more there than it does within them); the same for the ratio without BP "
+            "(below zero: the variant's n-gram precisions keep less, whatever the outputs' "
+            "length); and the short runs' length ratio "
             "(below zero: the variant's short-trained outputs stop earlier there, so a BLEU loss "
             "beside it is the end-of-sentence prior's as much as the encoding's). Holm p: the "
             "t-test's p adjusted by Holm within the family of every variant at one bucket, per "
             "column. " + POWER_NOTE + " " + EQUIVALENCE_NOTE,
             "",
             "| variant | bucket | sentences | seeds | Δ ratio | Δ ratio ÷ in-range "
-            "| Δ length ratio (short) | 80% power detects (Δ ratio) "
+            "| Δ ratio without BP | Δ length ratio (short) | 80% power detects (Δ ratio) "
             f"| Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}: TOST p (Holm), smallest margin |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
     for diff in table["differences"]:
         lines.append(
             f"{row_start(diff)} | {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
             f"| {signed_cell(diff['over_in_range'], 3)} "
+            f"| {signed_cell(diff['ratio_without_bp'], 3)} "
             f"| {signed_cell(diff['short_length_ratio'], 3)} | {power_cell(diff['power'], 3)} "
             f"| {equivalence_cell(diff['equivalence'], 3)} |"
         )
@@ -252,6 +271,7 @@ def survivor_lines(differences: list[dict]) -> list[str]:
     columns = (
         ("ratio", f"Δ ratio (short / control) minus {baseline}'s", 3),
         ("over_in_range", "Δ ratio ÷ in-range", 3),
+        ("ratio_without_bp", "Δ ratio without BP", 3),
         ("short_length_ratio", "Δ length ratio (short)", 3),
         ("equivalence", f"Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}", 3),
     )
@@ -273,16 +293,21 @@ def length_lines(table: dict) -> list[str]:
         "Hypothesis/reference length ratio and sacreBLEU's brevity penalty per bucket, mean over "
         "seeds [95% interval]: a short-trained model whose ratio drops beyond its training "
         "lengths while the control's holds stops early (the end-of-sentence prior), which BLEU "
-        "alone would charge to the position encoding. — : records scored before these were kept.",
+        "alone would charge to the position encoding. Ratio without BP: each seed's short / "
+        "control with each side's BLEU divided by its BP (the n-gram precisions alone), mean "
+        "over paired seeds: what is lost there is not length. — : records scored before these "
+        "were kept.",
         "",
-        "| variant | bucket | sentences | length ratio short | control | BP short | control |",
-        "|---|---|---|---|---|---|---|",
+        "| variant | bucket | sentences | length ratio short | control | BP short | control "
+        "| ratio without BP |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in table["rows"]:
         lines.append(
             f"{row_start(row)} | {cell(row['short_length_ratio'], 3)} "
             f"| {cell(row['control_length_ratio'], 3)} "
-            f"| {cell(row['short_bp'], 3)} | {cell(row['control_bp'], 3)} |"
+            f"| {cell(row['short_bp'], 3)} | {cell(row['control_bp'], 3)} "
+            f"| {cell(row['ratio_without_bp'], 3)} |"
         )
     return lines
 

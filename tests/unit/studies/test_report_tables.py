@@ -9,7 +9,7 @@ from scipy import stats
 from evaluation.plots import pyplot
 from evaluation.statistics import RATIO_EQUIVALENCE_MARGIN, power_statement
 from studies.buckets import bucket_markdown, bucket_ratio_figure, bucket_table
-from studies.cells import equivalence_cell, seeds_cell
+from studies.cells import equivalence_cell, seeds_cell, signed_cell
 from studies.concat import concat_markdown, concat_table
 from studies.plan import KS, POOLED, SEARCH
 from studies.records import StudyRecord, Table3Scores
@@ -341,6 +341,8 @@ def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
     assert row["short_length_ratio"]["mean"] == pytest.approx(0.85)
     assert row["short_length_ratio"]["n"] == 2 and row["short_bp"]["mean"] == pytest.approx(0.82315)
     assert row["control_length_ratio"]["n"] == 1 and row["control_bp"]["mean"] == 1.0
+    # BP divided out only where both sides kept it: seed 1 (BLEU 20 / 0.7515 over 20 / 1.0)
+    assert row["ratio_without_bp_by_seed"] == {"1": pytest.approx(1 / 0.7515, abs=1e-4)}
     text = bucket_markdown(bucket_table(records))
     assert "## Output length per bucket: short vs control" in text
     assert "| rope | 11-15* | 9 | 0.850 ± 0.071 [" in text
@@ -381,6 +383,42 @@ def test_bucket_length_ratio_minus_sinusoidal_is_paired_and_holm_adjusted():
     text = bucket_markdown(table)
     assert "| Δ length ratio (short) |" in text
     assert f"| -0.110 [{rope['low']:+.3f}, {rope['high']:+.3f}], Holm p " in text
+
+
+def test_a_loss_that_is_all_brevity_penalty_is_no_loss_without_it():
+    """rope keeps 0.1 less of its control's BLEU than sinusoids, but only through a harsher
+    brevity penalty: with each side's BP divided out the two keep the same share."""
+
+    def record(condition, variant, seed, bleu, bp):
+        rows = [
+            {"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": bleu}
+            | {"length_ratio": bp, "bp": bp}
+        ]
+        return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
+
+    short = {"sinusoidal": (20.0, (0.80, 0.82)), "rope": (16.0, (0.64, 0.656))}
+    records = [
+        record(
+            condition,
+            variant,
+            seed,
+            *((bleu, bps[seed - 1]) if condition == "short" else (40.0, 1.0)),
+        )
+        for variant, (bleu, bps) in short.items()
+        for seed in (1, 2)
+        for condition in ("short", "all")
+    ]
+    table = bucket_table(records)
+    (diff,) = table["differences"]
+    assert diff["ratio"]["difference"] == pytest.approx(-0.1)
+    assert diff["ratio_without_bp"]["difference"] == pytest.approx(0.0, abs=1e-4)
+    rope = next(r for r in table["rows"] if r["variant"] == "rope")
+    assert rope["ratio_without_bp"]["mean"] == pytest.approx(
+        (0.4 / 0.64 + 0.4 / 0.656) / 2, abs=1e-4
+    )
+    text = bucket_markdown(table)
+    assert "| Δ ratio without BP |" in text and "| ratio without BP |" in text
+    assert f"| {signed_cell(diff['ratio_without_bp'], 3)} |" in text
 
 
 def tost_p(diffs: list[float], margin: float) -> float:
