@@ -316,21 +316,25 @@ def length_lines(table: dict) -> list[str]:
 RATIO_PANELS = (
     ("ratio_paired", "ratio_by_seed", "BLEU short / BLEU control"),
     ("over_in_range", "over_in_range_by_seed", "that ratio ÷ its in-range ratio"),
+    ("ratio_without_bp", "ratio_without_bp_by_seed", "BLEU / BP short / BLEU / BP control"),
 )
 
 
 def bucket_ratio_figure(table: dict):
     """Per source-length bucket (with its sentences), short-trained BLEU over the control's,
-    and that ratio over each seed's in-range ratio; the band spans the seeds."""
+    that ratio over each seed's in-range ratio, and it with the brevity penalties divided out;
+    the band spans the seeds."""
     plt = pyplot()
     buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
     position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
-    fig, axes = plt.subplots(1, len(RATIO_PANELS), figsize=(12, 4.2))
+    fig, axes = plt.subplots(1, len(RATIO_PANELS), figsize=(18, 4.2))
     variants = sorted({r["variant"] for r in table["rows"]}, key=variant_rank)
     colours = variant_colours(variants)
     for ax, (key, per_seed, title) in zip(axes, RATIO_PANELS, strict=True):
         for variant in variants:
             rows = [r for r in table["rows"] if r["variant"] == variant and r[per_seed]]
+            if not rows:  # e.g. records scored before the brevity penalty was kept
+                continue
             xs = [position[r["bucket"]] for r in rows]
             ys = [r[key]["mean"] for r in rows]
             seeds = [list(r[per_seed].values()) for r in rows]
@@ -351,6 +355,7 @@ def bucket_ratio_figure(table: dict):
         ax.set_ylabel(f"{title} (band: seeds)")
     axes[0].set_title(f"Trained on <= {table['max_words']} words, relative to the control")
     axes[1].set_title(f"... and relative to what it keeps at {table['in_range']} words")
+    axes[2].set_title("... with each side's brevity penalty divided out (not length)")
     axes[0].legend(fontsize=7)
     return fig
 

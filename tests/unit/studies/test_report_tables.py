@@ -419,6 +419,12 @@ def test_a_loss_that_is_all_brevity_penalty_is_no_loss_without_it():
     text = bucket_markdown(table)
     assert "| Δ ratio without BP |" in text and "| ratio without BP |" in text
     assert f"| {signed_cell(diff['ratio_without_bp'], 3)} |" in text
+    fig = bucket_ratio_figure(table)
+    try:  # the third panel draws the share without BP
+        (line,) = [x for x in fig.axes[2].get_lines() if x.get_label().startswith("rope")]
+        assert list(line.get_ydata()) == pytest.approx([rope["ratio_without_bp"]["mean"]])
+    finally:
+        pyplot().close(fig)
 
 
 def tost_p(diffs: list[float], margin: float) -> float:
@@ -530,12 +536,13 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
 
 
 def test_the_bucket_figure_draws_paired_means_with_the_seeds_band_in_variant_order():
-    """Two panels (kept share, and it over the in-range share); a line per variant in the
-    figures' order with its seed count, through the paired seeds' mean, the band their range."""
+    """Three panels (kept share, it over the in-range share, it without the brevity penalty); a
+    line per variant in the figures' order with its seed count, through the paired seeds' mean,
+    the band their range; records without BP draw nothing in the third."""
     short = {"alibi": (18.0, 12.0), "sinusoidal": (15.0, 9.0)}  # alphabetically first, drawn second
     fig = bucket_ratio_figure(bucket_table(short_and_control(short, 30.0, lows=(6, 11))))
     try:
-        kept, relative = fig.axes
+        kept, relative, without_bp = fig.axes
         labels = [t.get_text() for t in kept.get_legend().get_texts()]
         assert labels == ["sinusoidal (2 seeds)", "alibi (2 seeds)"]
         alibi = [line for line in kept.get_lines() if line.get_label().startswith("alibi")][0]
@@ -543,5 +550,8 @@ def test_the_bucket_figure_draws_paired_means_with_the_seeds_band_in_variant_ord
         band = kept.collections[1].get_paths()[0].vertices[:, 1]  # alibi's, drawn second
         assert min(band) == pytest.approx(0.4) and max(band) == pytest.approx(1.0)
         assert relative.get_ylabel().startswith("that ratio ÷ its in-range ratio")
+        assert without_bp.get_ylabel().startswith("BLEU / BP short / BLEU / BP control")
+        drawn = [line.get_label() for line in without_bp.get_lines()]
+        assert not [label for label in drawn if label.startswith(("alibi", "sinusoidal"))]
     finally:
         pyplot().close(fig)
