@@ -356,7 +356,9 @@ def bucket_ratio_figure(table: dict):
     axes[0].set_title(f"Trained on <= {table['max_words']} words, relative to the control")
     axes[1].set_title(f"... and relative to what it keeps at {table['in_range']} words")
     axes[2].set_title("... with each side's brevity penalty divided out (not length)")
-    axes[0].legend(fontsize=7)
+    drawn = [ax for ax in axes if ax.get_legend_handles_labels()[0]]  # a variant's line
+    if drawn:  # one legend, on the first panel that draws a variant
+        drawn[0].legend(fontsize=7)
     return fig
 
 

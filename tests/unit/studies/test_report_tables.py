@@ -423,6 +423,14 @@ def test_a_loss_that_is_all_brevity_penalty_is_no_loss_without_it():
     try:  # the third panel draws the share without BP
         (line,) = [x for x in fig.axes[2].get_lines() if x.get_label().startswith("rope")]
         assert list(line.get_ydata()) == pytest.approx([rope["ratio_without_bp"]["mean"]])
+        assert fig.axes[0].get_legend() is not None
+    finally:
+        pyplot().close(fig)
+    for row in table["rows"]:  # no seed has a kept share: the legend moves to the third panel
+        row["ratio_by_seed"] = row["over_in_range_by_seed"] = {}
+    fig = bucket_ratio_figure(table)
+    try:
+        assert [ax.get_legend() is not None for ax in fig.axes] == [False, False, True]
     finally:
         pyplot().close(fig)
 
