@@ -47,7 +47,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,49 +122,62 @@ def load_hub(path: str, name: str | None = None, **kwargs: Any) -> datasets.Data
 
 
 MULTI30K_HUB = "bentrevett/multi30k"  # the default of configs/data/multi30k.yaml
+# The hub's copy holds English and German; a local folder holds any pair (multi30k_fr: NAME.en /
+# NAME.fr), named by data.src_lang / data.tgt_lang (configs/data/multi30k.yaml passes them)
 MULTI30K_LANGS = ("en", "de")
 # Multi30k's three splits in its two local layouts: the hub's (one JSON object a line, as
-# bentrevett/multi30k holds them) and plain text (NAME.en / NAME.de, line-aligned)
+# bentrevett/multi30k holds them) and plain text (NAME.<lang>, line-aligned)
 MULTI30K_JSONL = {"train": "train.jsonl", "validation": "val.jsonl", "test": "test.jsonl"}
 MULTI30K_TEXT = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-MULTI30K_EXPECTED = (
-    "train.jsonl, val.jsonl, test.jsonl (the hub's layout) or train, val, test_2016_flickr "
-    ".en/.de (plain text)"
-)
 
 
-def multi30k_text_files(folder: str | Path) -> dict[str, dict[str, str]]:
+def multi30k_expected(langs: Sequence[str] = MULTI30K_LANGS) -> str:
+    """The files a Multi30k folder must hold, for messages."""
+    return (
+        "train.jsonl, val.jsonl, test.jsonl (the hub's layout) or train, val, test_2016_flickr "
+        f".{'/.'.join(langs)} (plain text)"
+    )
+
+
+def multi30k_text_files(
+    folder: str | Path, langs: Sequence[str] = MULTI30K_LANGS
+) -> dict[str, dict[str, str]]:
     """The load_text_pairs files (split -> {lang: path}) of Multi30k as plain text in folder."""
     return {
-        split: {lang: str(Path(folder) / f"{name}.{lang}") for lang in MULTI30K_LANGS}
+        split: {lang: str(Path(folder) / f"{name}.{lang}") for lang in langs}
         for split, name in MULTI30K_TEXT.items()
     }
 
 
-def multi30k_layout(folder: Path) -> str | None:
+def multi30k_layout(folder: Path, langs: Sequence[str] = MULTI30K_LANGS) -> str | None:
     """'hub' or 'text': the Multi30k layout whose files are all in folder (None: neither)."""
     if all((folder / name).is_file() for name in MULTI30K_JSONL.values()):
         return "hub"
-    text = multi30k_text_files(folder)
+    text = multi30k_text_files(folder, langs)
     if all(Path(p).is_file() for langs in text.values() for p in langs.values()):
         return "text"
     return None
 
 
 def load_multi30k(
-    path: str = MULTI30K_HUB, setting: str = "data.path", **kwargs: Any
+    path: str = MULTI30K_HUB,
+    setting: str = "data.path",
+    langs: Sequence[str] = MULTI30K_LANGS,
+    **kwargs: Any,
 ) -> datasets.DatasetDict:
     """Multi30k from a hub id, or a local folder in the hub's layout or as plain text.
 
     The layout of a folder is read from its files; kwargs (cache_dir, revision, ...) go to
-    load_hub (a hub id or a folder in the hub's layout). Every source gives the same pairs.
-    setting: what names path, for the messages (data.path, or a script's option).
+    load_hub (a hub id or a folder in the hub's layout). Every source of one pair gives the same
+    pairs. langs: the languages whose NAME.<lang> files a plain-text folder holds (data.src_lang,
+    data.tgt_lang); setting: what names path, for the messages (data.path, or a script's option).
     """
+    langs = tuple(str(lang) for lang in langs)
     path = str(path)
     local = Path(path).expanduser()
     if not (os.path.isabs(path) or path.startswith((".", "~")) or local.exists()):
         return _load_multi30k_hub(path, setting, **kwargs)
-    layout = multi30k_layout(local) if local.is_dir() else None
+    layout = multi30k_layout(local, langs) if local.is_dir() else None
     if layout == "hub":
         return load_hub(str(local), **kwargs)
     if layout == "text" and kwargs:
@@ -173,12 +186,12 @@ def load_multi30k(
             "holds plain text; remove it"
         )
     if layout == "text":
-        return load_text_pairs(multi30k_text_files(local))
-    what = "is not a Multi30k folder" if local.is_dir() else "not found"
+        return load_text_pairs(multi30k_text_files(local, langs))
+    what = f"is not a Multi30k {'-'.join(langs)} folder" if local.is_dir() else "not found"
     what = "is a file, not a folder" if local.is_file() else what
     where = "" if str(local.resolve()) == path else f" ({local.resolve()})"
     raise DataError(
-        f"{setting}={path}{where} {what}: expected {MULTI30K_EXPECTED}; "
+        f"{setting}={path}{where} {what}: expected {multi30k_expected(langs)}; "
         f"pass {setting}=<a folder holding one of them>"
     )
 
@@ -192,7 +205,7 @@ def _load_multi30k_hub(hub_id: str, setting: str, **kwargs: Any) -> datasets.Dat
         raise DataError(
             f"could not load Multi30k from the hub ({hub_id}): {type(cause).__name__}: "
             f"{first_line(cause)}; without the hub pass {setting}=<folder>, a local copy "
-            f"holding {MULTI30K_EXPECTED}"
+            f"holding {multi30k_expected()}"
         ) from e
 
 
@@ -556,6 +569,27 @@ def train_fingerprint(dataset: datasets.Dataset, batch_size: int = 100_000) -> d
     return {"pairs": len(dataset), "sha256": digest.hexdigest()}
 
 
+def text_fingerprint(dataset: datasets.Dataset, batch_size: int = 100_000) -> dict:
+    """{"pairs": N, "sha256": ...} of a split's raw src/tgt text, in order: what it holds, not
+    where it came from (a copy elsewhere, another layout or a hub id give the same)."""
+    digest = hashlib.sha256()
+    for batch in dataset.select_columns(["src", "tgt"]).iter(batch_size=batch_size):
+        for column in ("src", "tgt"):
+            lines = batch[column]
+            digest.update(np.asarray([len(t) for t in lines], np.int64).tobytes())  # [rows]
+            digest.update("".join(lines).encode("utf-8"))
+    return {"pairs": len(dataset), "sha256": digest.hexdigest()}
+
+
+def text_fingerprints(data_cfg: Any) -> dict[str, dict]:
+    """text_fingerprint of every split of the corpus a data config names, in its direction."""
+    cfg = _as_config(data_cfg)
+    corpus = select_direction(
+        _instantiate_corpus(cfg), str(_require(cfg, "src_lang")), str(_require(cfg, "tgt_lang"))
+    )
+    return {split: text_fingerprint(ds) for split, ds in corpus.items()}
+
+
 def _gather_rows(dataset: datasets.Dataset, column: str, start: int, size: int) -> pa.Array:
     """Rows start..start+size of a column through the index map (if any), gathered by Arrow.
 
@@ -582,6 +616,8 @@ class PreparedData:
     lengths: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # where train_fingerprint's result is kept beside the encoded train split (None: not kept)
     fingerprint_file: Path | None = None
+    # split -> text_fingerprint of its raw pairs, before encoding and cleaning
+    texts: dict[str, dict] = field(default_factory=dict)
 
     def fingerprint(self) -> dict:
         """train_fingerprint of the train split, computed once per encoding and cleaning."""
@@ -967,6 +1003,7 @@ def prepare_data(
     resolve_num_proc(num_proc, len(corpus["train"]))  # a bad value: refused before any work
     _check_cleaning(cfg.get("max_len"), cfg.get("max_ratio"), cfg.get("train_max_src_words"))
     identity = data_identity(cfg)
+    texts = {split: text_fingerprint(ds) for split, ds in corpus.items()}
     if tokenizer_path is not None:
         tokenizer = Tokenizer(tokenizer_path)
         log(f"data: tokenizer {tokenizer.path} (vocab {tokenizer.vocab_size})")
@@ -997,7 +1034,7 @@ def prepare_data(
         del lengths["train"]  # joined lines: PreparedData.split_lengths reads them
         kept_at = None  # (joined lines: their fingerprint is computed each launch)
     log(f"data: train cleaning: {_counts_line(counts)}")
-    return PreparedData(tokenizer, splits, counts, lengths, fingerprint_file=kept_at)
+    return PreparedData(tokenizer, splits, counts, lengths, fingerprint_file=kept_at, texts=texts)
 
 
 def absolute_local_paths(node: Any, base: str | Path) -> Any:

@@ -188,7 +188,19 @@ def open_records(cfg: DictConfig, resumed: dict | None, data: PreparedData, main
     write_hydra_record(cfg)
     sizes = {name: len(split) for name, split in data.splits.items()}
     tokenizer = {"path": str(data.tokenizer.path), "vocab_size": data.tokenizer.vocab_size}
-    summary = {"train_cleaning": data.counts, "splits": sizes, "tokenizer": tokenizer}
+    # what the run read, by content: each split's raw text, the subword ids it trains on, the
+    # tokenizer (a study compares records by these, never by paths)
+    fingerprints = {
+        "text": data.texts,
+        "train_ids": data.fingerprint(),
+        "tokenizer_sha256": data.tokenizer.sha256,
+    }
+    summary = {
+        "train_cleaning": data.counts,
+        "splits": sizes,
+        "tokenizer": tokenizer,
+        "fingerprints": fingerprints,
+    }
     write_json(run_dir / "data.json", summary)
 
 

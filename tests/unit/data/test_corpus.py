@@ -209,13 +209,38 @@ def test_a_folder_in_neither_multi30k_layout_is_one_line_naming_it_and_the_files
     folder.mkdir()
     for name in present:
         write_lines(folder / name, ['{"en": "a", "de": "b"}'])
-    for path, what in ((folder, "is not a Multi30k folder"), (tmp_path / "absent", "not found")):
+    for path, what in (
+        (folder, "is not a Multi30k en-de folder"),
+        (tmp_path / "absent", "not found"),
+    ):
         with pytest.raises(DataError) as info:
             load_multi30k(str(path))
         message = str(info.value)
         assert message.startswith(f"data.path={path} {what}: expected train.jsonl, val.jsonl, ")
         assert "test.jsonl (the hub's layout) or train, val, test_2016_flickr .en/.de" in message
         assert "\n" not in message
+
+
+@pytest.mark.parametrize("lang", ["fr", "cs"])
+def test_a_multi30k_folder_of_another_target_loads_through_data_tgt_lang(lang):
+    """multi30k_<lang>/ holds NAME.en / NAME.<lang>: data.tgt_lang names the pair it reads, its
+    English side is the German folder's line for line, and the target is not the German."""
+    folder = shared_data(f"multi30k_{lang}")
+    other = multi30k_pairs(f"data.path={folder}", f"data.tgt_lang={lang}")
+    german = multi30k_pairs(f"data.path={shared_data('multi30k')}")
+    assert {split: len(pairs) for split, pairs in other.items()} == SPLIT_SIZES
+    for split in SPLIT_SIZES:
+        assert [en for en, _ in other[split]] == [en for en, _ in german[split]], split
+        assert [t for _, t in other[split]] != [de for _, de in german[split]], split
+    with pytest.raises(
+        DataError, match=rf"is not a Multi30k en-{lang} folder: expected .*\.en/\.{lang} "
+    ):
+        load_multi30k(str(shared_data("multi30k")), langs=("en", lang))
+
+
+def test_the_hub_layout_of_english_german_refuses_another_target_naming_the_languages():
+    with pytest.raises(DataError, match=r"set data.src_lang/data.tgt_lang to one of them"):
+        multi30k_pairs(f"data.path={shared_data('multi30k_hub_layout')}", "data.tgt_lang=fr")
 
 
 def test_a_hub_option_on_a_text_folder_is_refused(tmp_path):

@@ -28,6 +28,15 @@ def test_tokenized_bleu_splits_compounds_the_papers_way():
     assert tokenized_bleu([hyp], [hyp]) == pytest.approx(100.0)
 
 
+def test_tokenized_bleu_of_another_target_uses_its_moses_tokenizer_without_the_split():
+    """The compound split is t2t's English-German convention: French keeps 'grand-père'."""
+    hyp, ref = "C'est le grand-père.", "C'est le grand-oncle."
+    expected = sacrebleu.corpus_bleu(["C' est le grand-père ."], [["C' est le grand-oncle ."]],
+                                     tokenize="none").score  # fmt: skip
+    assert tokenized_bleu([hyp], [ref], "fr") == pytest.approx(expected)
+    assert tokenized_bleu([hyp], [ref], "fr") != pytest.approx(tokenized_bleu([hyp], [ref], "de"))
+
+
 def test_length_buckets_have_inclusive_bounds():
     assert [length_bucket(" ".join(["w"] * n)) for n in (0, 10, 11, 60, 61, 500)] == [
         "0-10",
