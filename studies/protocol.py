@@ -1,0 +1,323 @@
+"""A study declared in one file: `configs/study/<name>.yaml`, read through a typed schema.
+
+What differs between two studies is data, not code (docs/declare-a-study.md): the experiment
+every run composes, the variants and their own settings, the conditions (data overrides, their
+control, their analyses, tuned or reusing another condition's rates), the learning-rate grid and
+its budget, the check rule at the final budget, the finals, the test sets, the search and the
+statistics. The schema below is the whole of it: a key it does not hold, or a value of the wrong
+type, is one line naming the key (OmegaConf's structured configs check both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from common.configs import CONFIG_DIR, compose_config
+from common.errors import UserError, first_line
+
+# Written into every record a study keeps (record.json "schema"); raise it when a record's
+# meaning changes, with a migration script beside the change.
+SCHEMA_VERSION = 1
+STUDY_DIR = CONFIG_DIR / "study"
+# The settings a study sets for each run itself: never in a study's or a variant's overrides
+STUDY_KEYS = ("experiment", "position", "seed", "optim.lr_scale", "trainer.max_steps", "run_dir")
+ANALYSES = ("buckets", "concat")  # length buckets (studies/buckets.py), joined lines (concat.py)
+CORRECTIONS = ("holm", "bh")  # Holm (family-wise) and Benjamini-Hochberg (false discovery rate)
+
+
+class StudyConfigError(UserError):
+    """A study config that does not fit the schema or names what does not exist, in one line."""
+
+
+@dataclass
+class ChooseSpec:
+    """A variant setting chosen on dev before its rate (SHAPE's K): one grid-budget run per
+    value and grid seed at `rate`; the lowest mean dev PPL wins."""
+
+    key: str = "???"
+    values: list[str] = field(default_factory=list)
+    rate: float = 1.0
+
+
+@dataclass
+class VariantSpec:
+    """One variant: its configs/position name and its own settings."""
+
+    position: str | None = None  # configs/position/<name>.yaml; None: the variant's own name
+    overrides: list[str] = field(default_factory=list)  # e.g. position.max_shift=10
+    choose: ChooseSpec | None = None  # a setting chosen on dev, or
+    fixed_from: str | None = None  # where a fixed setting's value came from (printed)
+
+
+@dataclass
+class ConditionSpec:
+    """A training condition: data overrides, its control, analyses, where its rates come from."""
+
+    overrides: list[str] = field(default_factory=list)
+    variants: list[str] | None = None  # None: every variant of the study
+    control: str | None = None  # the condition its analyses compare with
+    analyses: list[str] = field(default_factory=list)  # some of ANALYSES
+    rates_from: str | None = None  # reuse that condition's chosen rates (a stated deviation)
+    seeds: int | None = None  # final seeds of every variant here (None: final's)
+
+
+@dataclass
+class GridSpec:
+    """The learning-rate grid (§5.3's schedule times optim.lr_scale) at a short budget."""
+
+    rates: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])
+    steps: int = 2000
+    seeds: list[int] = field(default_factory=lambda: [1, 2])
+
+
+@dataclass
+class CheckSpec:
+    """The check at the final budget: the grid's choice and each neighbour whose grid mean dev
+    PPL is within ×within of it, `seeds` each; the lowest mean dev PPL wins."""
+
+    within: float = 2.0
+    seeds: list[int] = field(default_factory=lambda: [1, 2])
+
+
+@dataclass
+class ExtendSpec:
+    """Finals trained on past the final budget (the schedule does not depend on max_steps)."""
+
+    steps: int | None = None  # None: no extension
+    seeds: list[int] = field(default_factory=list)
+
+
+@dataclass
+class FinalSpec:
+    """The finals: each variant at its chosen rate, scored on the test sets."""
+
+    steps: int = 8000
+    seeds: int = 5  # seeds 1..seeds; the check's seeds at the chosen rate are the first ones
+    seeds_by_variant: dict[str, int] = field(default_factory=dict)
+    average_last: int = 0  # also score the average of the last N step checkpoints (0: no)
+    extend: ExtendSpec = field(default_factory=ExtendSpec)
+
+
+@dataclass
+class SearchSpec:
+    """Beam search of the scored translations (§6.1: beam 4, length penalty α 0.6)."""
+
+    beam: int = 4
+    lenpen: float = 0.6
+
+
+@dataclass
+class StatisticsSpec:
+    """Paired differences from each baseline, corrected per family, and equivalence (TOST)."""
+
+    baselines: list[str] = field(default_factory=list)
+    correction: list[str] = field(default_factory=lambda: list(CORRECTIONS))
+    equivalence_margin: float = 1.0  # BLEU
+    confidence: float = 0.95
+
+
+@dataclass
+class CostSpec:
+    """The CPU-hour estimate before any run of the study is recorded (then: the records')."""
+
+    cpu_seconds_per_step: float = 0.3  # one thread, fp32, the study's tiny model (records)
+
+
+@dataclass
+class StudySpec:
+    """A whole study: `python scripts/run_study.py <name>` runs it end to end."""
+
+    name: str = "???"
+    schema: int = SCHEMA_VERSION
+    description: str = ""
+    experiment: str = "???"  # configs/experiment/<name>.yaml
+    overrides: list[str] = field(default_factory=list)  # every run's
+    data_source: str = ""  # where the data comes from, when the default does not reach it
+    variants: dict[str, VariantSpec] = field(default_factory=dict)
+    conditions: dict[str, ConditionSpec] = field(default_factory=dict)
+    grid: GridSpec = field(default_factory=GridSpec)
+    check: CheckSpec = field(default_factory=CheckSpec)
+    final: FinalSpec = field(default_factory=FinalSpec)
+    test: list[str] = field(default_factory=lambda: ["test"])
+    search: SearchSpec = field(default_factory=SearchSpec)
+    statistics: StatisticsSpec = field(default_factory=StatisticsSpec)
+    cost: CostSpec = field(default_factory=CostSpec)
+
+    def position(self, variant: str) -> str:
+        """The configs/position name a variant trains."""
+        return self.variants[variant].position or variant
+
+    def condition_variants(self, condition: str) -> list[str]:
+        """The variants a condition trains, in the study's order."""
+        chosen = self.conditions[condition].variants
+        return [v for v in self.variants if chosen is None or v in chosen]
+
+    def final_seeds(self, condition: str, variant: str) -> list[int]:
+        """The final seeds of a variant in a condition: 1..N."""
+        count = self.conditions[condition].seeds
+        if count is None:
+            count = self.final.seeds_by_variant.get(variant, self.final.seeds)
+        return list(range(1, count + 1))
+
+    def tuned_conditions(self) -> list[str]:
+        """The conditions whose rates the grid and the check choose."""
+        return [c for c, spec in self.conditions.items() if spec.rates_from is None]
+
+
+def study_path(name: str) -> Path:
+    """configs/study/<name>.yaml, or name itself where it is a .yaml file."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    return STUDY_DIR / f"{name}.yaml"
+
+
+def load_study(name: str) -> StudySpec:
+    """The study a name (configs/study/<name>) or a .yaml path declares, checked."""
+    path = study_path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in STUDY_DIR.glob("*.yaml")))
+        raise StudyConfigError(
+            f"study {name}: no file {path}; pass one of {known} or a path to a .yaml"
+        )
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(StudySpec), OmegaConf.load(path))
+        study = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        where = f" {key}:" if key else ""
+        raise StudyConfigError(f"{path}:{where} {first_line(e)}; see docs/study-schema.md") from e
+    check_study(study, path)
+    return study
+
+
+def setting_key(override: str) -> str:
+    """The config key an override sets (`+a.b=1` -> a.b)."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def check_overrides(path: Path, where: str, overrides: list[str]) -> None:
+    """Refuse an override of a key the study sets itself, or one that is no key=value."""
+    for override in overrides:
+        if "=" not in override:
+            raise StudyConfigError(f"{path}: {where}: '{override}' is no key=value override")
+        if setting_key(override) in STUDY_KEYS:
+            raise StudyConfigError(
+                f"{path}: {where}: {setting_key(override)} is set by the study itself "
+                "(variants, grid, check, final); take it out"
+            )
+
+
+def check_names(path: Path, study: StudySpec) -> None:
+    """Every variant, condition and baseline a study names exists; its numbers are in range."""
+    known = sorted(p.stem for p in (CONFIG_DIR / "position").glob("*.yaml"))
+    if not study.variants or not study.conditions:
+        raise StudyConfigError(f"{path}: variants and conditions: declare at least one of each")
+    for name in study.variants:
+        if study.position(name) not in known:
+            raise StudyConfigError(
+                f"{path}: variants.{name}: position {study.position(name)} is not in "
+                f"configs/position ({', '.join(known)}); set variants.{name}.position"
+            )
+    for name, spec in study.conditions.items():
+        for key, value in (("control", spec.control), ("rates_from", spec.rates_from)):
+            if value is not None and (value not in study.conditions or value == name):
+                raise StudyConfigError(
+                    f"{path}: conditions.{name}.{key}: {value} is not another condition "
+                    f"({', '.join(study.conditions)})"
+                )
+        if spec.rates_from and study.conditions[spec.rates_from].rates_from:
+            raise StudyConfigError(
+                f"{path}: conditions.{name}.rates_from: {spec.rates_from} reuses rates itself; "
+                "name the tuned condition"
+            )
+        for value in [*(spec.variants or ()), *study.final.seeds_by_variant]:
+            if value not in study.variants:
+                raise StudyConfigError(f"{path}: {name}: variant {value} is not in variants")
+        for analysis in spec.analyses:
+            if analysis not in ANALYSES:
+                raise StudyConfigError(
+                    f"{path}: conditions.{name}.analyses: {analysis}; pass some of "
+                    f"{', '.join(ANALYSES)}"
+                )
+    for baseline in study.statistics.baselines:
+        if baseline not in study.variants:
+            raise StudyConfigError(
+                f"{path}: statistics.baselines: {baseline} is not one of the variants"
+            )
+
+
+def check_numbers(path: Path, study: StudySpec) -> None:
+    """Rates positive, at least two grid and check seeds, budgets that grow, a sane rule."""
+    grid, check, final = study.grid, study.check, study.final
+    problems = [
+        ("grid.rates", not grid.rates or min(grid.rates) <= 0, "positive rates"),
+        ("grid.seeds", len(set(grid.seeds)) < 2, "two or more seeds"),
+        ("grid.steps", grid.steps < 1, "a positive step budget"),
+        ("check.seeds", len(set(check.seeds)) < 2, "two or more seeds"),
+        ("check.within", not check.within >= 1, "a factor of at least 1"),
+        ("final.steps", final.steps < grid.steps, "at least grid.steps"),
+        ("final.seeds", final.seeds < len(check.seeds), "at least as many as check.seeds"),
+        ("final.extend.steps", (final.extend.steps or final.steps + 1) <= final.steps,
+         "more than final.steps"),
+        ("statistics.correction", not set(study.statistics.correction) <= set(CORRECTIONS),
+         f"some of {', '.join(CORRECTIONS)}"),
+        ("statistics.equivalence_margin", not study.statistics.equivalence_margin > 0,
+         "a positive margin in BLEU"),
+    ]  # fmt: skip
+    for key, wrong, wanted in problems:
+        if wrong:
+            raise StudyConfigError(f"{path}: {key}: pass {wanted}")
+    if sorted(check.seeds) != list(range(1, len(check.seeds) + 1)):
+        raise StudyConfigError(
+            f"{path}: check.seeds: pass 1..N (the chosen rate's check runs are its first finals)"
+        )
+
+
+def check_composes(path: Path, study: StudySpec) -> None:
+    """The experiment and every override compose, for each variant and condition."""
+    check_overrides(path, "overrides", study.overrides)
+    for name, variant in study.variants.items():
+        check_overrides(path, f"variants.{name}.overrides", variant.overrides)
+    for name, condition in study.conditions.items():
+        check_overrides(path, f"conditions.{name}.overrides", condition.overrides)
+    for condition in study.conditions:
+        for variant in study.condition_variants(condition):
+            words = run_overrides(study, condition, variant)
+            try:
+                compose_config([*words, "run_dir=."])
+            except (HydraException, OmegaConfBaseException) as e:
+                raise StudyConfigError(
+                    f"{path}: {condition}/{variant} does not compose ({first_line(e)}): fix "
+                    "experiment or the overrides"
+                ) from e
+
+
+def check_study(study: StudySpec, path: Path) -> None:
+    """Refuse a study that names what does not exist or cannot train, in one line."""
+    if study.schema != SCHEMA_VERSION:
+        raise StudyConfigError(
+            f"{path}: schema: {study.schema}; this code reads schema {SCHEMA_VERSION}"
+        )
+    if study.name != path.stem:
+        raise StudyConfigError(f"{path}: name: {study.name}; a study is named as its file")
+    check_names(path, study)
+    check_numbers(path, study)
+    check_composes(path, study)
+
+
+def run_overrides(study: StudySpec, condition: str, variant: str) -> list[str]:
+    """The train.py overrides a run of a variant in a condition shares with every other such
+    run (the study sets seed, rate, budget and run_dir)."""
+    return [
+        f"experiment={study.experiment}",
+        f"position={study.position(variant)}",
+        *study.overrides,
+        *study.conditions[condition].overrides,
+        *study.variants[variant].overrides,
+    ]

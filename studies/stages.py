@@ -1,0 +1,209 @@
+"""The stages of a declared study, in order: settings, grid, check, finals (studies/pipeline.py).
+
+Each stage is a function of the study run and the earlier stages' choices; a key is one
+(condition, variant) pair. A stage returns what it decided so far: a pair whose choice is not
+complete waits, and the stages after it leave that pair out until a later call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from studies.pipeline import StudyRun, choice_line, dev_results
+from studies.rules import EDGE_STEPS, Choice, check_candidates, check_rule, choose_on_grid
+from studies.store import Point, Record
+
+Key = tuple[str, str]  # (condition, variant)
+
+
+def settle(
+    run: StudyRun,
+    start: dict[Key, Sequence[float]],
+    points_of: Callable[[Key, Sequence[float]], list[Point]],
+    decide: Callable[[Key, dict[Point, Record]], Choice],
+) -> dict[Key, Choice]:
+    """Train each key's points at its rates, decide, and go on while a rule asks for more rates."""
+    rates = {k: tuple(sorted(v)) for k, v in start.items()}
+    choices: dict[Key, Choice] = {}
+    for _ in range(EDGE_STEPS + 2):
+        points = {k: points_of(k, rates[k]) for k in rates}
+        records = run.ensure([p for ps in points.values() for p in ps])
+        choices = {k: decide(k, {p: records[p] for p in points[k] if p in records}) for k in rates}
+        grow = {k: c.required for k, c in choices.items() if not set(c.required) <= set(rates[k])}
+        if not grow:
+            break
+        rates.update(grow)
+    return choices
+
+
+def settings_stage(run: StudyRun) -> dict[Key, tuple[str, ...]]:
+    """Each tuned pair's chosen settings: () without a `choose`; left out until chosen."""
+    study, chosen = run.study, {}
+    for condition in study.tuned_conditions():
+        for variant in study.condition_variants(condition):
+            spec = study.variants[variant].choose
+            if spec is None:
+                chosen[(condition, variant)] = ()
+                continue
+            points = {
+                value: [
+                    Point(
+                        "settings",
+                        condition,
+                        variant,
+                        spec.rate,
+                        seed,
+                        study.grid.steps,
+                        (f"{spec.key}={value}",),
+                    )
+                    for seed in study.grid.seeds
+                ]  # fmt: skip
+                for value in spec.values
+            }
+            records = run.ensure([p for ps in points.values() for p in ps])
+            means = {
+                value: sum(r.dev_ppl or float("inf") for r in rs) / len(rs)
+                for value, ps in points.items()
+                if len(rs := [records[p] for p in ps if p in records]) == len(ps)
+            }
+            if len(means) == len(points):
+                best = min(spec.values, key=lambda v: means[v])  # ties: the first declared
+                chosen[(condition, variant)] = (f"{spec.key}={best}",)
+                run.echo(f"study: settings {condition}/{variant}: {spec.key}={best}")
+    return chosen
+
+
+def grid_stage(run: StudyRun, settings: dict[Key, tuple[str, ...]]) -> dict[Key, Choice]:
+    """Each pair's rate by the grid rule at the grid's budget and seeds."""
+    grid = run.study.grid
+
+    def points_of(key: Key, rates: Sequence[float]) -> list[Point]:
+        return [
+            Point("grid", *key, rate, seed, grid.steps, settings[key])
+            for rate in rates
+            for seed in grid.seeds
+        ]
+
+    def decide(key: Key, records: dict[Point, Record]) -> Choice:
+        return choose_on_grid(dev_results(records), grid.rates, grid.seeds)
+
+    return settle(run, {k: grid.rates for k in settings}, points_of, decide)
+
+
+def check_stage(
+    run: StudyRun, settings: dict[Key, tuple[str, ...]], grid: dict[Key, Choice]
+) -> dict[Key, Choice]:
+    """Each pair's final rate by the check rule at the final budget and the check's seeds."""
+    study = run.study
+    ready = {k: c for k, c in grid.items() if c.complete and c.rate is not None}
+
+    def points_of(key: Key, rates: Sequence[float]) -> list[Point]:
+        return [
+            Point("check", *key, rate, seed, study.final.steps, settings[key])
+            for rate in rates
+            for seed in study.check.seeds
+        ]
+
+    def decide(key: Key, records: dict[Point, Record]) -> Choice:
+        return check_rule(ready[key], dev_results(records), study.check.within, study.check.seeds)
+
+    start = {
+        k: [c.rate, *check_candidates(c, c.rate, study.check.within)] for k, c in ready.items()
+    }
+    return settle(run, start, points_of, decide)
+
+
+def final_points(
+    run: StudyRun, settings: dict[Key, tuple[str, ...]], check: dict[Key, Choice]
+) -> list[Point]:
+    """Every final of every condition whose rate is decided: the check's choice, or that of the
+    condition it reuses rates from (rates_from, a stated deviation)."""
+    study, points = run.study, []
+    for condition, spec in study.conditions.items():
+        source = spec.rates_from or condition
+        for variant in study.condition_variants(condition):
+            choice = check.get((source, variant))
+            if choice is None or not choice.complete or choice.rate is None:
+                continue
+            tuned = settings[(source, variant)]
+            points += [
+                Point("final", condition, variant, choice.rate, seed, study.final.steps, tuned)
+                for seed in study.final_seeds(condition, variant)
+            ]
+    return points
+
+
+def planned_estimate(run: StudyRun, grid: dict[Key, Choice], check: dict[Key, Choice]) -> list[str]:
+    """Lines of the dry run: the points to train now, and the later stages' most."""
+    study, planned = run.study, run.planned
+    waiting = [k for k in grid if not (k in check and check[k].complete)]
+    later_check = sum(
+        3 * len(study.check.seeds) for k in waiting if not grid[k].complete
+    )  # the grid's choice and up to two neighbours, when the grid is still open
+    later_final = sum(  # the check's seeds at the chosen rate are finals already
+        len(study.final_seeds(c, v)) - (0 if spec.rates_from else len(study.check.seeds))
+        for c, spec in study.conditions.items()
+        for v in study.condition_variants(c)
+        if (spec.rates_from or c, v) in waiting
+    )
+    extend = study.final.extend
+    later_extend = len(extend.seeds) * len(waiting) if extend.steps else 0
+    steps = sum(p.steps for p in planned)
+    steps += (later_check + later_final) * study.final.steps
+    steps += later_extend * ((extend.steps or 0) - study.final.steps)
+    hours = steps * run.cost / 3600
+    lines = [f"to train now: {p.label}" for p in planned]
+    lines.append(
+        f"study {study.name}: {len(planned)} runs to train now; after them at most "
+        f"{later_check} check, {later_final} final and {later_extend} extended runs wait on "
+        f"choices not made yet; about "
+        f"{hours:.1f} CPU-hours at {run.cost:.3f} CPU-s a step"
+    )
+    return lines
+
+
+def run_stages(run: StudyRun) -> dict:
+    """Every stage in order, as far as the records allow; what each decided."""
+    settings = settings_stage(run)
+    grid = grid_stage(run, settings)
+    check = check_stage(run, settings, grid)
+    finals = run.ensure(final_points(run, settings, check))
+    return {"settings": settings, "grid": grid, "check": check, "finals": finals}
+
+
+def spent_hours(records: Sequence[Record]) -> float:
+    """CPU-hours the records' trainings took, each training once (a check run that is also a
+    final is one training)."""
+    seen = {}
+    for r in records:
+        key = (r.condition, r.variant, tuple(r.settings), r.lr_scale, r.steps, r.seed)
+        seen[key] = r.cpu_seconds
+    return sum(seen.values()) / 3600
+
+
+def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
+    """results/<study>/README.md: each stage's choices so far and the CPU-hours spent."""
+    study = run.study
+    lines = [
+        f"# Study {study.name}",
+        "",
+        study.description.strip(),
+        "",
+        f"Declared in `configs/study/{study.name}.yaml`, committed in {committed}. Written by "
+        f"`python scripts/run_study.py {study.name}`; each stage's records are in `<stage>/runs/`.",
+        "",
+        f"CPU-hours spent so far: {spent_hours(run.records()):.1f}.",
+        "",
+    ]
+    for stage in ("grid", "check"):
+        lines += [f"## {stage}", ""]
+        for (condition, variant), choice in decided[stage].items():
+            lines.append(f"- {choice_line(f'{condition}/{variant}', choice)}")
+        lines.append("")
+    reused = [
+        f"{c} reuses {s.rates_from}'s rates" for c, s in study.conditions.items() if s.rates_from
+    ]
+    if reused:
+        lines += ["Deviation: " + "; ".join(reused) + " (declared, not tuned).", ""]
+    lines += ["## final", "", f"{len(decided['finals'])} final runs recorded.", ""]
+    return "\n".join(lines)

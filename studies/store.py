@@ -1,0 +1,251 @@
+"""A declared study's runs and their records: where each trains and what the store keeps.
+
+A point of a study (stage, condition, variant, rate, seed, budget, chosen settings) trains in
+``<work>/<study>/<condition>/<variant>[/<settings>]/lr<rate>/steps<N>/seed-<s>/`` (one folder per
+training: the check's runs at the chosen rate are also its first finals), and its record is kept
+in ``results/<study>/<stage>/runs/<condition>/<variant>[/<settings>]/lr<rate>/seed-<s>/``: the
+run's config, metrics, data.json, segments, train.log and tensorboard events (no checkpoints), and
+record.json (`Record`, with SCHEMA_VERSION). No kept file names a path outside the store: the
+config's and data.json's paths are blanked. A record found again is used only where it was
+trained as the study would train it now, compared by settings and data fingerprints, never by
+path or commit (`record_differences`).
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from common.files import read_json, write_json, write_text
+from runs.record import code_version, trained_config
+from runs.resume import setting_differences
+from studies.plan import ROOT, StudyError
+from studies.protocol import SCHEMA_VERSION, StudySpec, run_overrides
+
+RECORD_FILE = "record.json"
+KEPT_FILES = (".hydra/config.yaml", "metrics.json", "data.json", "segments.json", "train.log")
+KEPT_FOLDERS = ("tensorboard",)
+# config keys that say where files were, not what was trained: blanked in a kept record
+PATH_KEYS = ("run_dir", "cache_dir", "data.path", "data.corpus.path")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One training of a study: what it trains and at which budget."""
+
+    stage: str  # settings | grid | check | final | extend
+    condition: str
+    variant: str
+    lr_scale: float
+    seed: int
+    steps: int
+    settings: tuple[str, ...] = ()  # the chosen settings' overrides (SHAPE's K)
+
+    @property
+    def label(self) -> str:
+        where = f"{self.condition}/{self.variant}{self.settings_tag}"
+        return f"{self.stage} {where} ×{self.lr_scale:g} seed {self.seed} ({self.steps:,} steps)"
+
+    @property
+    def settings_tag(self) -> str:
+        """'/max_shift10' for settings (position.max_shift=10), '' for none."""
+        words = [f"{o.split('=')[0].split('.')[-1]}{o.split('=', 1)[1]}" for o in self.settings]
+        return "".join(f"/{w}" for w in words)
+
+    def train_overrides(self, study: StudySpec, extra: tuple[str, ...] = ()) -> list[str]:
+        """`python train.py <these> run_dir=<dir>` trains (and resumes) this point."""
+        return [
+            *run_overrides(study, self.condition, self.variant),
+            *self.settings,
+            f"seed={self.seed}",
+            f"optim.lr_scale={float(self.lr_scale)!r}",
+            f"trainer.max_steps={self.steps}",
+            *extra,
+        ]
+
+
+def rate_folder(rate: float) -> str:
+    """lr0.25, lr1, lr2: a rate in a folder name."""
+    return f"lr{float(rate):g}"
+
+
+def work_dir(work: Path, study: StudySpec, point: Point) -> Path:
+    """Where a point trains: one folder per (condition, variant, settings, rate, budget, seed)."""
+    sub = f"{point.condition}/{point.variant}{point.settings_tag}"
+    return (
+        Path(work)
+        / study.name
+        / sub
+        / rate_folder(point.lr_scale)
+        / f"steps{point.steps}"
+        / f"seed-{point.seed}"
+    )
+
+
+def record_dir(results: Path, study: StudySpec, point: Point) -> Path:
+    """Where a point's record is kept: the final stage by seed, the others by rate and seed."""
+    base = Path(results) / study.name / point.stage / "runs" / point.condition
+    base = base / f"{point.variant}{point.settings_tag}"
+    if point.stage not in ("final", "extend"):
+        base = base / rate_folder(point.lr_scale)
+    return base / f"seed-{point.seed}"
+
+
+@dataclass(frozen=True)
+class Record:
+    """record.json: one trained point of a study, as its stage reads it."""
+
+    schema: int
+    study: str
+    stage: str
+    condition: str
+    variant: str
+    lr_scale: float
+    seed: int
+    steps: int
+    settings: list[str]
+    dev_ppl: float | None  # None: diverged
+    cpu_seconds: float  # wall seconds × threads (one thread a run)
+    command: str  # `python train.py ...` that trains it again (paths on the command line aside)
+    code_version: str  # the commit it trained at (provenance only: never compared)
+    fingerprints: dict  # data.json's: raw split text, train ids, tokenizer
+
+    @property
+    def diverged(self) -> bool:
+        return self.dev_ppl is None
+
+
+def read_record(folder: Path) -> Record | None:
+    """The record kept in folder (None: none there); another schema is refused."""
+    path = Path(folder) / RECORD_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if data.get("schema") != SCHEMA_VERSION:
+        raise StudyError(
+            f"{path}: schema {data.get('schema')}, this code reads {SCHEMA_VERSION}: run the "
+            "migration script of that change (scripts/migrate_records.py)"
+        )
+    return Record(**data)
+
+
+def blank_paths(config: dict) -> dict:
+    """config with PATH_KEYS set to None (a kept record names no folder outside the store)."""
+    for key in PATH_KEYS:
+        *parents, leaf = key.split(".")
+        node = config
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and leaf in node:
+            node[leaf] = None
+    return config
+
+
+def command_line(words: list[str]) -> str:
+    """`python train.py ...` with every path override's value left for the reader to fill."""
+    shown = [
+        f"{w.split('=', 1)[0]}=<folder>" if w.split("=", 1)[0].lstrip("+") in PATH_KEYS else w
+        for w in words
+    ]
+    return shlex.join(["python", "train.py", *shown])
+
+
+def kept_data_summary(run: Path) -> dict:
+    """data.json with the tokenizer's path blanked (its sha256 identifies it)."""
+    summary = read_json(run / "data.json")
+    if isinstance(summary.get("tokenizer"), dict):
+        summary["tokenizer"]["path"] = None
+    return summary
+
+
+def outside_paths(run: Path) -> dict[str, str]:
+    """{absolute path: placeholder} of the folders a run names outside the store: itself, its
+    cache and its data (PATH_KEYS), longest first."""
+    config = trained_config(run)
+    places = {str(Path(run).absolute()): "<run_dir>"}
+    for key in PATH_KEYS[1:]:
+        value = config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, str) and value and Path(value).expanduser().exists():
+            places[str((ROOT / Path(value).expanduser()).resolve())] = f"<{key}>"
+    return dict(sorted(places.items(), key=lambda item: -len(item[0])))
+
+
+def scrubbed(text: str, places: dict[str, str]) -> str:
+    """text with each of those paths replaced by its placeholder."""
+    for path, placeholder in places.items():
+        text = text.replace(path, placeholder)
+    return text
+
+
+def keep(run: Path, folder: Path, record: Record) -> None:
+    """Copy a finished run's kept files into folder with its record.json; whole or not at all."""
+    staging = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for name in KEPT_FILES:
+        if (run / name).is_file():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run / name, staging / name)
+    for name in KEPT_FOLDERS:
+        if (run / name).is_dir():
+            shutil.copytree(run / name, staging / name)
+    if (run / "data.json").is_file():
+        write_json(staging / "data.json", kept_data_summary(run))
+    places = outside_paths(run)
+    for name in ("train.log", "segments.json", "data.json"):
+        if (staging / name).is_file():
+            text = (staging / name).read_text(encoding="utf-8", errors="replace")
+            write_text(staging / name, scrubbed(text, places))
+    config = blank_paths(OmegaConf.to_container(OmegaConf.load(run / ".hydra/config.yaml")))
+    write_text(staging / ".hydra/config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
+    write_json(staging / RECORD_FILE, asdict(record))
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+
+
+def make_record(
+    run: Path, study: StudySpec, point: Point, words: list[str], metrics: dict | None
+) -> Record:
+    """The record of a finished (metrics) or diverged (None) run of a point."""
+    threads = int(trained_config(run)["trainer"].get("num_threads") or 1)
+    summary = read_json(run / "data.json") if (run / "data.json").is_file() else {}
+    ppl = None if metrics is None else float(metrics["dev_ppl"])
+    return Record(
+        schema=SCHEMA_VERSION,
+        study=study.name,
+        stage=point.stage,
+        condition=point.condition,
+        variant=point.variant,
+        lr_scale=float(point.lr_scale),
+        seed=point.seed,
+        steps=point.steps,
+        settings=list(point.settings),
+        dev_ppl=ppl if ppl is not None and ppl == ppl and ppl != float("inf") else None,
+        cpu_seconds=round(float((metrics or {}).get("wall_seconds") or 0.0) * threads, 1),
+        command=command_line(words),
+        code_version=code_version(),
+        fingerprints=summary.get("fingerprints", {}),
+    )
+
+
+def record_differences(folder: Path, wanted: dict, text_fingerprints: dict[str, dict]) -> list[str]:
+    """What a kept record (or a finished run folder) trained differently from `wanted` (a
+    resolved config) or on other data than `text_fingerprints`: 'key: old -> new' each."""
+    stored = blank_paths(trained_config(folder))
+    refused, _ = setting_differences(stored, blank_paths(copy.deepcopy(wanted)))
+    data = folder / "data.json"
+    kept = read_json(data).get("fingerprints", {}).get("text") if data.is_file() else None
+    for split, now in text_fingerprints.items():
+        old = (kept or {}).get(split)
+        if old != now:
+            refused.append(
+                f"{split} text: {(old or {}).get('sha256', 'not recorded')[:12]} -> "
+                f"{now['sha256'][:12]}"
+            )
+    return refused
