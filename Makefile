@@ -5,13 +5,16 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# A pip constraints file for the install: empty (the default), the ranges pyproject.toml declares;
+# CI passes CONSTRAINTS=constraints.txt, the versions the tests last passed with.
+CONSTRAINTS ?=
 
-.PHONY: quickstart test lint format bench clean
+.PHONY: quickstart test lint format bench constraints clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install "$(TORCH)"
-	$(BIN)/pip install -e '.[dev]'
+	$(BIN)/pip install -e '.[dev]' $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 	touch $(STAMP)
 
 # Train a tiny Transformer on the embedded toy corpus, then translate its test split and print BLEU.
@@ -34,6 +37,12 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python scripts/benchmark.py train
+
+# Rewrite constraints.txt from this environment once `make test` passed (its comments kept).
+constraints: $(STAMP)
+	{ grep '^#' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^torch=='; } \
+		> constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean:
 	rm -rf $(VENV) .cache outputs

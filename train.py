@@ -14,7 +14,7 @@ quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 1
 import hydra
 from omegaconf import DictConfig
 
-from common.errors import report_user_errors
+from common.errors import optional_module, report_user_errors
 from runs.preemption import TrainingInterrupted
 from training.launch import train
 
@@ -25,11 +25,10 @@ def main(cfg: DictConfig) -> None:
     """Command-line entry: train; a user error is one `error:` line (exit 1), a signal 128+N."""
     started()
     if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "RANK" not in os.environ:
-        # submitit deferred: an optional dependency, needed only under the SLURM launcher
-        from submitit.helpers import TorchDistributedEnvironment
-
+        # submitit deferred: an optional dependency (the slurm extra), needed only under SLURM
+        helpers = optional_module("submitit.helpers", "slurm")
         # one SLURM task per GPU (configs/hydra/launcher/slurm.yaml): export torchrun's variables
-        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
     try:
         train(cfg)
     except TrainingInterrupted as e:  # train() logged where and how to resume

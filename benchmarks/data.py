@@ -35,14 +35,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 import torch.distributed as dist
 
 from common.configs import compose_config
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
@@ -187,7 +186,7 @@ def launch_figures(corpus: Path, cache: Path, settings: dict, start: float) -> d
         },
         "peak_rss_gib": own,
         "largest_child_gib": child,
-        "private_gib": psutil.Process().memory_full_info().uss / 2**30,
+        "private_gib": _psutil().Process().memory_full_info().uss / 2**30,
         "kept": data.counts["kept"],
         "longest": longest,
         "fingerprint": fingerprint,
@@ -239,11 +238,15 @@ def benchmark_data(
     warm_only: reuse the corpus and caches a `keep` run left in workdir (kept again): no
     generation, no cold launch; the warm launches must find everything prepared.
     """
-    work = Path(workdir or tempfile.mkdtemp(prefix="bench-data-"))
+    _psutil()  # missing: one line now, not a traceback from the first launch
     settings = {"num_proc": num_proc, "vocab_size": vocab_size}
     settings.update(tokenizer_sample=tokenizer_sample, max_tokens=max_tokens)
     if warm_only:
         check_kept_workdir(workdir)
+    else:
+        check_fresh_workdir(workdir)
+    made = workdir is None or not Path(workdir).exists()  # a folder it may delete whole
+    work = Path(workdir or tempfile.mkdtemp(prefix="bench-data-"))
     try:
         start = time.perf_counter()
         if warm_only:
@@ -271,7 +274,7 @@ def benchmark_data(
         }
     finally:
         if not keep and not warm_only:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_own(work, made)
     return {
         "pairs": pairs,
         "corpus_gib": size / 2**30,
@@ -296,6 +299,25 @@ def check_kept_workdir(workdir: Path | None) -> None:
                 f"--warm-only: {Path(workdir) / part} not found; prepare the folder first with "
                 f"`scripts/benchmark.py data --workdir {workdir} --keep`"
             )
+
+
+def check_fresh_workdir(workdir: Path | None) -> None:
+    """Refuse a --workdir that holds anything (the cold launch needs empty caches)."""
+    # and so the cleanup at the end never meets, nor deletes, a file the benchmark did not write
+    if workdir is not None and Path(workdir).is_dir() and any(Path(workdir).iterdir()):
+        raise UserError(
+            f"--workdir {workdir} is not empty: pass a new or empty folder (or --warm-only to "
+            "reuse a --keep run's folder)"
+        )
+
+
+def remove_own(work: Path, made: bool) -> None:
+    """Delete what the benchmark wrote in work: the whole folder only where it made it."""
+    if made:
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    for part in ("corpus", "cache", "cold", "warm", "ddp"):
+        shutil.rmtree(work / part, ignore_errors=True)
 
 
 def prepared(run: dict) -> bool:
@@ -335,7 +357,12 @@ def _launch_main(argv: list[str]) -> None:
 
 def _process_start() -> float:
     """When this process started (seconds since the epoch), imports included."""
-    return psutil.Process().create_time()
+    return _psutil().Process().create_time()
+
+
+def _psutil():
+    """psutil, an optional dependency (the bench extra): each launch measures its memory with it."""
+    return optional_module("psutil", "bench")
 
 
 if __name__ == "__main__":

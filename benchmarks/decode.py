@@ -40,7 +40,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.flops import native_bf16
 from benchmarks.models import build_models
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from data.batching import TokenBatchSampler, collate
 from data.corpus import load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -95,7 +95,7 @@ def decode_ours_bf16(model, batches, beam: int, length: int) -> int:
 def decode_theirs(model, batches, beam: int, length: int) -> int:
     """Marian generate() on every batch, exactly `length` tokens + EOS; returns output tokens."""
     # transformers deferred: optional (the bench extra), needed only with --vs hf
-    from transformers import GenerationConfig
+    GenerationConfig = optional_module("transformers", "bench").GenerationConfig
 
     generation = GenerationConfig(
         num_beams=beam,
@@ -181,7 +181,7 @@ def decode_figures(times: list[float], tokens: int, sentences: int) -> dict:
 def add_hf_ratios(fig: dict) -> None:
     """Add ours' tokens/s over HF Marian's (fp32; bf16 where timed) and transformers' version."""
     # transformers deferred: optional (the bench extra), needed only with --vs hf
-    import transformers
+    transformers = optional_module("transformers", "bench")
 
     fig["ratio"] = fig["ours"]["tokens_per_s"] / fig["hf"]["tokens_per_s"]
     if "ours bf16" in fig:

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
+from common.errors import optional_module
 from data.tokenizer import PAD_ID
 from interop.marian import marian_config
 from model.transformer import build_model
@@ -25,7 +26,7 @@ def build_models(model_name: str, vocab_size: int, with_hf: bool, **dims):
     if not with_hf:
         return ours, None, model_cfg
     # transformers deferred: optional (the bench extra), needed only with --vs hf
-    from transformers import MarianMTModel
+    MarianMTModel = optional_module("transformers", "bench").MarianMTModel
 
     config = marian_config(ours, model_cfg.max_positions)  # equal dims, ids, post-LN, ReLU
     torch.manual_seed(0)

@@ -24,7 +24,7 @@ from benchmarks.flops import (
 )
 from benchmarks.memory import StepMemory
 from benchmarks.models import ROOT, build_models
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from runs.device import cpu_flags, hardware_name
 from training.optim import noam_adam
 from training.step import train_step
@@ -157,7 +157,7 @@ def train_systems(
             systems[name] = (our_step(model, precision == "bf16"), ours)
     if theirs is not None:
         # transformers deferred: optional (the bench extra), needed only with --vs hf
-        from transformers.trainer_pt_utils import LabelSmoother
+        LabelSmoother = optional_module("transformers.trainer_pt_utils", "bench").LabelSmoother
 
         theirs = theirs.to(device).train()
         smoother = LabelSmoother(epsilon=optim.label_smoothing)

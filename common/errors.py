@@ -1,10 +1,12 @@
 """The one error type a user can fix, and the wrapper every entry point reports it through."""
 
 import functools
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import TypeVar
 
 Entry = TypeVar("Entry", bound=Callable)
@@ -21,6 +23,23 @@ class UserError(Exception):
 
 class DataError(UserError):
     """Bad data or data configuration; the message is one line saying what to fix."""
+
+
+class MissingDependencyError(UserError):
+    """An optional dependency that is not installed; the message names the pip install."""
+
+
+def optional_module(name: str, extra: str) -> ModuleType:
+    """Import module name of pyproject's optional extra, or MissingDependencyError naming it."""
+    top = name.split(".")[0]
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != top:  # the package is there but broken (or too old): keep the traceback
+            raise
+        raise MissingDependencyError(
+            f"{top} is not installed (an optional dependency): pip install -e '.[{extra}]'"
+        ) from None
 
 
 def first_line(error: BaseException) -> str:

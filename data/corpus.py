@@ -21,9 +21,9 @@ An encoded split holds ids and what cleaning needs, not the text: ``src_ids``/``
 Arrow offsets (NumPy) and cleaning is a NumPy mask over them (``PreparedData.lengths``).
 
 One preparation per cache: a process that must train or encode takes ``locks/<data key>.lock``
-(an exclusive ``flock``, released by the kernel if the process dies); a second process (another
-DDP rank, another run of a sweep) waits on that lock, not in a collective, then maps the files
-the first one wrote. A split is encoded into ``encoded/.staging-<host>-<pid>-<name>/`` and
+(an exclusive ``filelock`` lock, the kernel's: released if the process dies); a second process
+(another DDP rank, another run of a sweep) waits on that lock, not in a collective, then maps the
+files the first one wrote. A split is encoded into ``encoded/.staging-<host>-<pid>-<name>/`` and
 renamed into place when complete; an interrupted encoding removes its staging folder, and a
 killed one's is removed by the next preparation on that host.
 
@@ -39,7 +39,6 @@ adds the split name and the tokenizer's sha256.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
@@ -58,6 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from datasets.table import InMemoryTable
+from filelock import FileLock, Timeout
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -812,21 +812,21 @@ def _load_or_train_tokenizer(
 def preparation_lock(cache_dir: Path, identity: str, log: Callable) -> Iterator[None]:
     """Hold cache_dir/locks/<identity>.lock exclusively: one process prepares this data at a time.
 
-    A flock: the kernel releases it when its process dies, and a waiting process blocks on the
-    file (no collective, no timeout), then finds what the holder wrote.
+    A kernel lock (filelock): it ends when its process dies, and a waiting process waits on the
+    file (no collective, no timeout), then finds what the holder wrote. The file stays.
     """
     path = cache_dir / "locks" / f"{identity[:32]}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"data: waiting for another process preparing the same data ({path})")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = FileLock(path, preserve_lock_file=True)
+    try:
+        lock.acquire(blocking=False)
+    except Timeout:
+        log(f"data: waiting for another process preparing the same data ({path})")
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def resolve_num_proc(value: Any, rows: int) -> int:

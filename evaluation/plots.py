@@ -2,16 +2,14 @@
 
 from pathlib import Path
 
+from common.errors import optional_module
+
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
     # matplotlib deferred: optional (the plots extra), needed only when a figure is drawn
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # deferred with matplotlib, after its backend is chosen
-
-    return plt
+    optional_module("matplotlib", "plots").use("Agg")
+    return optional_module("matplotlib.pyplot", "plots")  # after its backend is chosen
 
 
 # configs/position/'s variants in the order the pictures list them, each with its colour in

@@ -9,15 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from sacrebleu.metrics import BLEU
-from sacrebleu.significance import PairedTest
 from scipy import optimize, stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_paired
 
 from common.errors import UserError
 
-# sacreBLEU's default bootstrap seed: the interval of the difference is taken over the resamples
-# its paired test draws (unless SACREBLEU_SEED is set to another seed).
+# sacreBLEU's default bootstrap seed: the paired bootstrap draws its resamples as sacreBLEU's
+# paired test does, and takes both the interval and p from them.
 BOOTSTRAP_SEED = 12345
 # The equivalence margin of row (E) in BLEU: the paper's 25.8 vs 25.7 read as "nearly identical"
 EQUIVALENCE_MARGIN = 1.0
@@ -277,13 +276,30 @@ def sentence_statistics(hyps: list[str], refs: list[str]) -> np.ndarray:
             f"hypotheses and references do not line up ({len(hyps)} hypotheses, {len(refs)} "
             "references): were sources skipped (long_inputs=skip)?"
         )
-    return np.array(BLEU()._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)
+    scorer = BLEU(effective_order=True)  # the same counts; no sentence-level warning
+    scores = (scorer.sentence_score(hyp, [ref]) for hyp, ref in zip(hyps, refs, strict=True))
+    rows = [[s.sys_len, s.ref_len, *s.counts, *s.totals] for s in scores]
+    return np.array(rows, dtype=np.int64).reshape(len(hyps), 2 + 2 * scorer.max_ngram_order)
 
 
 def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
     """Corpus BLEU of each row of summed sufficient statistics: [R, K] -> [R]."""
-    corpus = BLEU()
-    return np.array([corpus._compute_score_from_stats(row.tolist()).score for row in sums])
+    b = BLEU()
+    n, how = b.max_ngram_order, (b.smooth_method, b.smooth_value, b.effective_order)
+    return np.array(
+        [
+            BLEU.compute_bleu(row[2 : 2 + n], row[2 + n :], *row[:2], *how, n).score
+            for row in sums.tolist()
+        ]
+    )
+
+
+def bootstrap_p_value(diffs: np.ndarray, observed: float) -> float:
+    """sacreBLEU's two-sided paired-bootstrap p, (c + 1) / (n + 1), counting ties (>=, not >)."""
+    # c: the resamples whose centred |difference| is at least the observed |difference|; with
+    # > (sacreBLEU's), a difference of 0 everywhere counted none and got p = 1 / (n + 1)
+    spread = np.abs(diffs) - np.abs(diffs).mean()
+    return (int(np.sum(spread >= abs(observed))) + 1) / (len(diffs) + 1)
 
 
 def paired_bootstrap(
@@ -295,33 +311,29 @@ def paired_bootstrap(
             f"hypotheses and references do not line up ({len(base_hyps)}, {len(other_hyps)} "
             f"hypotheses, {len(refs)} references): were sources skipped (long_inputs=skip)?"
         )
-    test = PairedTest(
-        [("baseline", base_hyps), ("other", other_hyps)],
-        {"BLEU": BLEU()},
-        [refs],
-        test_type="bs",
-        n_samples=resamples,
-    )
-    signatures, results = test()
-    base_result, other_result = results["BLEU"]
-    # the difference on the same resamples sacreBLEU draws: sufficient statistics, summed
-    indices = np.random.default_rng(BOOTSTRAP_SEED).choice(
-        len(refs), size=(resamples, len(refs)), replace=True
-    )  # [resamples, N]
-    weights = np.stack([np.bincount(row, minlength=len(refs)) for row in indices])  # [resamples, N]
-    diffs = bleu_from_statistics(weights @ sentence_statistics(other_hyps, refs)) - (
-        bleu_from_statistics(weights @ sentence_statistics(base_hyps, refs))
-    )
+    scorer, n = BLEU(), len(refs)
+    scores = [scorer.corpus_score(hyps, [refs]).score for hyps in (base_hyps, other_hyps)]
+    stats = [sentence_statistics(hyps, refs) for hyps in (base_hyps, other_hyps)]  # 2 x [N, K]
+    summed = bleu_from_statistics(np.stack([s.sum(axis=0) for s in stats]))
+    if not np.allclose(summed, scores, atol=1e-6):  # the resamples would not be sacreBLEU's
+        raise RuntimeError(f"summed sentence statistics give BLEU {summed}, not {scores}")
+    # interval and p from the same resamples, drawn as sacreBLEU's test draws them
+    indices = np.random.default_rng(BOOTSTRAP_SEED).choice(n, size=(resamples, n), replace=True)
+    weights = np.stack([np.bincount(row, minlength=n) for row in indices])  # [resamples, N]
+    diffs = bleu_from_statistics(weights @ stats[1]) - bleu_from_statistics(weights @ stats[0])
     low, high = np.percentile(diffs, [2.5, 97.5])
+    signature = scorer.get_signature()
+    signature.update("seed", str(BOOTSTRAP_SEED))
+    signature.update("bs", resamples)
     return {
-        "baseline_bleu": base_result.score,
-        "other_bleu": other_result.score,
-        "difference": other_result.score - base_result.score,
+        "baseline_bleu": scores[0],
+        "other_bleu": scores[1],
+        "difference": scores[1] - scores[0],
         "low": float(low),
         "high": float(high),
-        "p_value": other_result.p_value,
+        "p_value": bootstrap_p_value(diffs, scores[1] - scores[0]),
         "resamples": resamples,
-        "signature": str(signatures["BLEU"]),
+        "signature": str(signature),
     }
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from data.tokenizer import EOS_ID, Tokenizer
 from interop.ctranslate2_spec import ctranslate2_spec, save_ctranslate2
 from model.search import length_penalty
@@ -47,7 +47,7 @@ def convert_model(model, tokenizer: Tokenizer, out_dir, quantization: str | None
 def ctranslate2_translator(model, tokenizer: Tokenizer, device, compute_type: str = "default"):
     """A ``ctranslate2.Translator`` of our model, converted into a temporary folder."""
     # ctranslate2 deferred: optional (the export extra), needed only for engine=ctranslate2
-    import ctranslate2
+    ctranslate2 = optional_module("ctranslate2", "export")
 
     if compute_type not in COMPUTE_TYPES:
         raise UserError(

@@ -19,7 +19,7 @@ refused: CTranslate2's ALiBi exists for decoder-only models, not for an encoder;
 
 import torch
 
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from model.position import (
     LearnedPositionEncoding,
     NoPositionEncoding,
@@ -86,7 +86,8 @@ def _ffn(spec, weights: dict, name: str, norm_name: str) -> None:
 def _stack_specs(model: Transformer):
     """Empty CTranslate2 encoder and decoder specs of our layer counts, heads and positions."""
     # ctranslate2 deferred: optional (the export extra), needed only to convert
-    from ctranslate2.specs import common_spec, transformer_spec
+    common_spec = optional_module("ctranslate2.specs.common_spec", "export")
+    transformer_spec = optional_module("ctranslate2.specs.transformer_spec", "export")
 
     first = model.encoder_layers[0] if len(model.encoder_layers) else model.decoder_layers[0]
     n_heads = first.self_attn.n_heads
@@ -138,7 +139,7 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
     max_positions: rows of the sinusoid table (CTranslate2 needs a finite one; ours has no cap).
     """
     # ctranslate2 deferred: optional (the export extra), needed only to convert
-    from ctranslate2.specs import transformer_spec
+    transformer_spec = optional_module("ctranslate2.specs.transformer_spec", "export")
 
     d = model.d_model
     tables = [
@@ -171,7 +172,7 @@ def ctranslate2_spec(model: Transformer, vocabulary: list[str], max_positions: i
 def save_ctranslate2(spec, out_dir, quantization: str | None = None) -> None:
     """Validate, optionally quantize (int8, ...) and write the spec as a CTranslate2 folder."""
     # ctranslate2 deferred: optional (the export extra), needed only to convert
-    from ctranslate2.converters.converter import Converter
+    Converter = optional_module("ctranslate2.converters.converter", "export").Converter
 
     class SpecConverter(Converter):
         def _load(self):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from common.files import write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
@@ -35,7 +35,7 @@ class ExportError(UserError):
 def write_tokenizer_files(tokenizer: Tokenizer, out: Path, src_lang: str, tgt_lang: str) -> None:
     """source.spm, target.spm (our joint model), vocab.json and MarianTokenizer's config."""
     # transformers deferred: optional (the export extra), needed only to export
-    from transformers import MarianTokenizer
+    MarianTokenizer = optional_module("transformers", "export").MarianTokenizer
 
     shutil.copyfile(tokenizer.path, out / "source.spm")
     shutil.copyfile(tokenizer.path, out / "target.spm")
@@ -124,7 +124,7 @@ def export_hf(
 def generation_config(max_positions: int):
     """Greedy search (our evaluate.py beam=1), EOS forced at the last position."""
     # transformers deferred: optional (the export extra), needed only to export
-    from transformers import GenerationConfig
+    GenerationConfig = optional_module("transformers", "export").GenerationConfig
 
     return GenerationConfig(
         num_beams=1,
@@ -147,15 +147,13 @@ def translate_with_transformers(folder: str | Path, sentences: list[str], batch_
     tokens).
     """
     # transformers deferred: optional (the export extra), needed only to export
-    from transformers import MarianMTModel, MarianTokenizer
+    transformers = optional_module("transformers", "export")
+    MarianMTModel, MarianTokenizer = transformers.MarianMTModel, transformers.MarianTokenizer
 
     folder = str(folder)
     try:
-        # transformers deferred: optional (the export extra); older releases lack the task
-        from transformers import pipeline
-
-        translator = pipeline("translation", model=folder, device="cpu")
-    except (KeyError, ValueError):
+        translator = transformers.pipeline("translation", model=folder, device="cpu")
+    except (KeyError, ValueError):  # a release without the translation task
         translator = None
     if translator is not None:
         outputs = translator(list(sentences), batch_size=batch_size)

@@ -22,7 +22,7 @@ here exactly:
 
 import torch
 
-from common.errors import UserError
+from common.errors import UserError, optional_module
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from model.position import SinusoidalPositionEncoding
 from model.transformer import Transformer
@@ -53,7 +53,7 @@ def check_mappable(model: Transformer) -> None:
 def marian_config(model: Transformer, max_positions: int = 1024, **overrides):
     """The ``MarianConfig`` of our model's dims and special ids (pad 0, BOS 2 starts, EOS 3)."""
     # transformers deferred: optional (the export and bench extras), needed only to map
-    from transformers import MarianConfig
+    MarianConfig = optional_module("transformers", "export").MarianConfig
 
     first = model.encoder_layers[0] if len(model.encoder_layers) else model.decoder_layers[0]
     settings = dict(
@@ -150,7 +150,7 @@ def set_layer_norm_eps(marian: torch.nn.Module, eps: float) -> torch.nn.Module:
 def to_marian(model: Transformer, max_positions: int = 1024):
     """A ``MarianMTModel`` (eval mode, float32, SDPA attention) computing our model's logits."""
     # transformers deferred: optional (the export and bench extras), needed only to map
-    from transformers import MarianMTModel
+    MarianMTModel = optional_module("transformers", "export").MarianMTModel
 
     config = marian_config(model, max_positions)
     marian = MarianMTModel._from_config(config, attn_implementation="sdpa")

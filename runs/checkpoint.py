@@ -173,26 +173,49 @@ def check_same_run(first: dict, first_path: Path, other: dict, other_path: Path)
         )
 
 
+def weights_sha256(state: dict) -> str:
+    """The sha256 of a checkpoint's model weights alone (one set of weights under any name)."""
+    return content_sha256({"model": state["model"]})
+
+
+def check_distinct_weights(paths: list[Path], digests: list[str]) -> None:
+    """CheckpointError naming every input that holds weights an earlier input already holds."""
+    first: dict[str, int] = {}
+    repeats = [(i, first.setdefault(digest, i)) for i, digest in enumerate(digests)]
+    repeats = [(paths[i], paths[earlier]) for i, earlier in repeats if i != earlier]
+    if repeats:
+        same = "; ".join(f"{path} holds the same weights as {earlier}" for path, earlier in repeats)
+        raise CheckpointError(
+            f"{same}: those weights would count more than once in the mean; average each once "
+            f"(leave out {', '.join(str(path) for path, _ in repeats)})"
+        )
+
+
 def average_checkpoints(paths: list[Path]) -> dict:
     """The first checkpoint with its model weights replaced by the mean over all of them.
 
-    Refused (CheckpointError) for checkpoints of different runs: other tokenizers or settings.
-    averaged_steps records the step of each input (the newest is the average's age).
+    Refused (CheckpointError) for checkpoints of different runs (other tokenizers or settings)
+    and for inputs holding the same weights (best.pt, last.pt, a copy: they would count twice).
+    averaged_steps records the step of each input (the newest is the average's age),
+    averaged_sha256 the weights_sha256 of each (all distinct).
     """
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
     total = {k: v.double() for k, v in first["model"].items()}
-    steps = [first.get("step")]
+    steps, digests = [first.get("step")], [weights_sha256(first)]
     for path in paths[1:]:
         state = load_checkpoint(path)
         check_same_run(first, paths[0], state, path)
         steps.append(state.get("step"))
+        digests.append(weights_sha256(state))
         for k, v in state["model"].items():
             total[k] += v.double()
+    check_distinct_weights(paths, digests)
     first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) for k, v in total.items()}
     first["averaged"] = [str(p) for p in paths]
     first["averaged_steps"] = steps
+    first["averaged_sha256"] = digests
     return first
 
 

@@ -1,9 +1,10 @@
 """A run's directory: one training process at a time (a lock), a name and a place that work.
 
 - RunDirectoryLock: an exclusive lock on `<run_dir>/.lock`. The lock is the kernel's
-  (`fcntl.flock`), so it ends with its holder whatever the way it ends: a run killed with
-  SIGKILL leaves the file behind but not the lock, and the next run takes it over. The file
-  holds the holder's PID and host, so a refused process can name it.
+  (`filelock`: flock on Unix, LockFileEx on Windows), so it ends with its holder whatever the
+  way it ends: a run killed with SIGKILL leaves the file behind but not the lock, and the next
+  run takes it over. The file holds the holder's PID and host, so a refused process can name it
+  (on Windows the holder's lock keeps others from reading it: they say "unknown").
 - folder_name: a sweep job's folder name (Hydra's override_dirname) kept under the file
   system's 255-byte limit.
 - RunDirectoryCheck: a Hydra callback that reports a run or sweep directory that cannot be
@@ -14,7 +15,6 @@
   checkpoint left (refused unless trainer.start_over=true, which deletes them).
 """
 
-import fcntl
 import hashlib
 import logging
 import os
@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from omegaconf import DictConfig
 
 from common.errors import UserError
@@ -51,54 +52,74 @@ class RunDirectoryLock:
     def __init__(self, run_dir: str | Path):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_FILE
-        self._file = None
+        self._lock: FileLock | None = None
+        self._fd: int | None = None  # the lock's own descriptor while held (filelock lends it)
 
-    def _open_locked(self):
-        """The lock file, locked by this process, or RunDirectoryInUseError naming the holder."""
-        file = open(self.path, "a+", encoding="utf-8")  # a+: the holder's PID stays readable
+    def _recorded(self) -> str:
+        """The holder the lock file names ('' if none, or if it cannot be read)."""
         try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            file.seek(0)
-            holder = file.read().strip() or "unknown"
-            file.close()
+            return self.path.read_text(encoding="utf-8").strip()
+        except OSError:  # no file yet; on Windows, a byte range a live holder locked
+            return ""
+
+    def _lend(self, fd: int) -> None:
+        """filelock's on_acquired: keep the locked descriptor, to write the holder through it."""
+        self._fd = fd
+
+    def _write(self, text: str) -> None:
+        """Replace the lock file's text through the locked descriptor (Windows allows no other)."""
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        os.write(self._fd, text.encode("utf-8"))
+
+    def _take(self) -> str:
+        """Take the lock without waiting and return the holder the file named before (or '').
+
+        Read before taking: filelock releases before 4.3 empty the file once they hold it.
+        """
+        previous = self._recorded()
+        # the file stays on release (deleting it would race with a process opening it)
+        lock = FileLock(
+            self.path, thread_local=False, preserve_lock_file=True, on_acquired=self._lend
+        )
+        try:
+            lock.acquire(blocking=False)
+        except Timeout:
+            holder = self._recorded() or previous or "unknown"
             raise RunDirectoryInUseError(
                 f"run directory {self.run_dir} is in use by process {holder}: wait for that "
                 "run to end (or stop it), or pass another hydra.run.dir / run_dir"
             ) from None
-        return file
+        self._lock = lock
+        return previous
+
+    def _give_up(self) -> None:
+        """Release the lock (the file stays)."""
+        self._lock.release()
+        self._lock, self._fd = None, None
 
     def check_free(self) -> None:
         """RunDirectoryInUseError if a live process holds the lock; changes nothing."""
         if self.path.is_file():
-            file = self._open_locked()
-            fcntl.flock(file, fcntl.LOCK_UN)
-            file.close()
+            previous = self._take()
+            if self._recorded() != previous:  # emptied on taking: put the record back
+                self._write(f"{previous}\n" if previous else "")
+            self._give_up()
 
     def acquire(self) -> "RunDirectoryLock":
         """Take the lock, or raise RunDirectoryInUseError naming the process that holds it."""
         check_writable(self.run_dir, "run_dir")
-        file = self._open_locked()
-        file.seek(0)
-        previous = file.read().strip()
+        previous = self._take()
         if previous:  # a holder that ended without releasing: killed, or a crashed machine
             log.warning(f"{self.path}: taking over the lock left by process {previous}")
-        file.seek(0)
-        file.truncate()
-        file.write(f"{os.getpid()} on {socket.gethostname()}\n")
-        file.flush()
-        self._file = file
+        self._write(f"{os.getpid()} on {socket.gethostname()}\n")
         return self
 
     def release(self) -> None:
-        """Give the lock up; the file stays (deleting it would race with a process opening it)."""
-        if self._file is not None:
-            self._file.seek(0)
-            self._file.truncate()
-            self._file.flush()
-            fcntl.flock(self._file, fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+        """Give the lock up, leaving the file empty: a clean end leaves no holder on record."""
+        if self._lock is not None:
+            self._write("")
+            self._give_up()
 
     def __enter__(self) -> "RunDirectoryLock":
         return self.acquire()

@@ -4,7 +4,9 @@ Or name the inputs: `python scripts/average_checkpoints.py A.pt B.pt ... --out F
 file is the oldest input with its model weights replaced by the element-wise mean over all inputs
 (the paper's Table 2 averages the last 5 checkpoints; Table 3 averages none), saved atomically;
 it loads with weights_only and evaluates with `python evaluate.py run_dir=DIR checkpoint=F`.
-`checkpoint=avg:N` does the same in memory without writing anything.
+`checkpoint=avg:N` does the same in memory without writing anything. Inputs that hold the same
+weights (best.pt and last.pt beside the step file they copy, a renamed copy) are refused, named in
+one line: each set of weights counts once in the mean.
 """
 
 import argparse

@@ -9,10 +9,11 @@
 
 ``data`` (benchmarks/data.py) writes a corpus of WMT14's size (``--pairs``, 4,508,785
 by default) in the hub's wmt/wmt14 layout (parquet shards; Multi30k sentences joined, a long tail
-of rare words) under ``--workdir`` (a temporary folder by default; deleted at the end unless
-``--keep``), then times launches of the real data path, each in its own process as train.py
-runs it (``prepare_data``, lengths, ``plan_update``, ``TokenBatchSampler``): cold, warm, and
-warm on two gloo DDP ranks, phase by phase, with peak RSS and each rank's private memory.
+of rare words) under ``--workdir`` (a new or empty folder, a temporary one by default; what it
+wrote there is deleted at the end unless ``--keep``), then times launches of the real data path,
+each in its own process as train.py runs it (``prepare_data``, lengths, ``plan_update``,
+``TokenBatchSampler``): cold, warm, and warm on two gloo DDP ranks, phase by phase, with peak RSS
+and each rank's private memory.
 ``--warm-only`` reuses the corpus and caches a ``--keep`` run left in ``--workdir``: the warm
 launches again, without generating or preparing anything.
 
@@ -305,7 +306,7 @@ def add_data_command(commands) -> None:
     """The `data` subcommand and its options."""
     data = commands.add_parser("data", help="tokenizer, encoding, batching, padding, memory")
     data.add_argument("--pairs", type=int, default=WMT14_TRAIN_PAIRS, help="training pairs")
-    data.add_argument("--workdir", type=Path, default=None, help="corpus and caches (temporary)")
+    data.add_argument("--workdir", type=Path, default=None, help="corpus and caches: new or empty")
     data.add_argument("--keep", action="store_true", help="keep --workdir at the end")
     data.add_argument(
         "--warm-only",

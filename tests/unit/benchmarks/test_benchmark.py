@@ -18,6 +18,7 @@ from benchmarks.data import (
     benchmark_data,
     data_rows,
     rare_word,
+    remove_own,
     synthetic_lines,
     write_hub_corpus,
 )
@@ -105,6 +106,21 @@ def test_warm_only_reuses_a_kept_workdir_and_refuses_what_is_not_one(tmp_path, c
     with pytest.raises(UserError, match="the warm launch made them"):
         benchmark_data(workdir=work, warm_only=True, **settings)
     assert (work / "corpus").is_dir()  # a reused folder is kept
+
+
+def test_a_workdir_holding_a_user_file_is_refused_and_the_file_kept(tmp_path, capsys):
+    work = tmp_path / "precious"
+    work.mkdir()
+    (work / "thesis.tex").write_text("mine")
+    tiny = ["--pairs", "300", "--vocab-size", "200", "--tokenizer-sample", "600", "--no-ddp"]
+    corpus = ["--corpus-dir", str(shared_data("multi30k"))]
+    with pytest.raises(SystemExit):  # before: it ran, then deleted work whole (exit 0)
+        main(["data", *tiny, *corpus, "--workdir", str(work)])
+    assert "is not empty: pass a new or empty folder" in capsys.readouterr().err
+    assert sorted(p.name for p in work.iterdir()) == ["thesis.tex"]
+    (work / "corpus" / "de-en").mkdir(parents=True)  # an empty folder given: only its parts go
+    remove_own(work, made=False)
+    assert sorted(p.name for p in work.iterdir()) == ["thesis.tex"]
 
 
 def test_generated_corpus_has_the_hub_layout_and_a_long_tail(tmp_path):

@@ -11,7 +11,13 @@ import sys
 
 import pytest
 
-from common.errors import DataError, UserError, report_user_errors
+from common.errors import (
+    DataError,
+    MissingDependencyError,
+    UserError,
+    optional_module,
+    report_user_errors,
+)
 from evaluation.compare import CompareError
 from model.position import PositionRangeError
 from runs.checkpoint import CheckpointError, CheckpointWriteError
@@ -73,6 +79,36 @@ def test_hydra_full_error_reraises_user_errors(monkeypatch):
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(DataError):
         entry(DataError("x"))()
+
+
+def hide_module(monkeypatch, name: str) -> None:
+    """Make `import name` (and of its submodules) fail as if name were not installed."""
+    for loaded in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+        monkeypatch.delitem(sys.modules, loaded)
+    monkeypatch.setitem(sys.modules, name, None)  # None: import raises ModuleNotFoundError
+
+
+@pytest.mark.parametrize(
+    "name, top", [("psutil", "psutil"), ("not_installed_xyz.specs", "not_installed_xyz")]
+)
+def test_a_missing_optional_module_is_one_line_naming_its_extra(name, top, capsys, monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    hide_module(monkeypatch, "psutil")
+    with pytest.raises(SystemExit) as exited:
+        report_user_errors(lambda: optional_module(name, "bench"))()
+    assert exited.value.code == 1
+    assert capsys.readouterr().err == (
+        f"error: {top} is not installed (an optional dependency): pip install -e '.[bench]'\n"
+    )
+    assert issubclass(MissingDependencyError, UserError)
+
+
+def test_an_installed_module_missing_a_dependency_keeps_its_traceback(tmp_path, monkeypatch):
+    (tmp_path / "half_installed_xyz.py").write_text("import not_installed_xyz\n")
+    monkeypatch.syspath_prepend(tmp_path)
+    with pytest.raises(ModuleNotFoundError, match="not_installed_xyz"):
+        optional_module("half_installed_xyz", "bench")
+    assert optional_module("json", "bench") is sys.modules["json"]
 
 
 def run(

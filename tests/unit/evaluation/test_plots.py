@@ -4,6 +4,7 @@ import pytest
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_hex
 
+from common.errors import MissingDependencyError
 from evaluation.plots import (
     SEED_LABELS_UP_TO,
     VARIANTS,
@@ -13,6 +14,7 @@ from evaluation.plots import (
     variant_colours,
 )
 from tests.conftest import CONFIG_DIR
+from tests.unit.common.test_errors import hide_module
 
 
 def comparison(seeds_per_variant: dict[str, int]) -> dict:
@@ -83,3 +85,9 @@ def test_the_figures_draw_each_variant_in_its_colour(figures):
     (ax,) = bleu_by_variant_figure(result).axes
     bars = [to_hex(c.get_colors()[0]) for c in ax.collections if isinstance(c, LineCollection)]
     assert bars == [expected["rope"], expected["learned"]]
+
+
+def test_without_matplotlib_a_figure_is_one_error_naming_the_plots_extra(monkeypatch):
+    hide_module(monkeypatch, "matplotlib")
+    with pytest.raises(MissingDependencyError, match=r"matplotlib .*pip install -e '\.\[plots\]'$"):
+        pyplot()

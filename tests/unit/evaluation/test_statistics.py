@@ -8,12 +8,14 @@ import statistics
 import numpy as np
 import pytest
 import sacrebleu
+from sacrebleu.significance import PairedTest
 from scipy import stats
 
 from common.errors import UserError
 from evaluation.statistics import (
     add_holm,
     bleu_from_statistics,
+    bootstrap_p_value,
     difference_over_seeds,
     equivalence,
     holm,
@@ -124,6 +126,24 @@ def test_paired_bootstrap_of_a_system_against_itself_and_a_worse_one():
     assert result["p_value"] < 0.05
     with pytest.raises(UserError, match="do not line up"):
         paired_bootstrap(refs, worse[:-1], refs, resamples=10)
+
+
+def test_identical_outputs_give_p_1_and_the_p_is_sacrebleus_elsewhere():
+    """Every resampled difference 0: no evidence of one (p 1, was sacreBLEU's 1 / (n + 1))."""
+    rng = random.Random(1)
+    refs = [" ".join(rng.choice("abcdefgh") for _ in range(8)) for _ in range(60)]
+    hyps = [" ".join(w for w in r.split() if rng.random() > 0.3) for r in refs]
+    same = paired_bootstrap(hyps, list(hyps), refs, resamples=200)
+    assert same["difference"] == same["low"] == same["high"] == 0 and same["p_value"] == 1.0
+    assert bootstrap_p_value(np.zeros(999), 0.0) == 1.0
+    assert bootstrap_p_value(np.full(999, 5.0), 5.0) == 1 / 1000  # 5 on every resample: real
+    close = [" ".join(w for w in r.split() if rng.random() > 0.32) for r in refs]
+    ours = paired_bootstrap(hyps, close, refs, resamples=200)
+    test = PairedTest([("b", hyps), ("o", close)], {"BLEU": sacrebleu.BLEU()}, [refs], "bs", 200)
+    theirs = test()[1]["BLEU"][1]
+    assert 0.05 < ours["p_value"] == pytest.approx(theirs.p_value)  # no ties: the same count
+    assert ours["difference"] == pytest.approx(theirs.score - test()[1]["BLEU"][0].score)
+    assert ours["signature"] == str(test()[0]["BLEU"])
 
 
 def test_holm_by_hand():

@@ -15,7 +15,9 @@ from runs.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
     step_checkpoints,
+    weights_sha256,
 )
+from runs.load import load_run
 
 
 def fake_state(step: int, seed: int | None = None) -> dict:
@@ -83,6 +85,28 @@ def test_average_is_the_elementwise_mean(tmp_path):
     assert averaged["step"] == 1 and averaged["averaged"] == [str(p) for p in paths]
     with pytest.raises(CheckpointError, match="no checkpoints"):
         average_checkpoints([])
+
+
+def test_averaging_counts_each_set_of_weights_once(tmp_path):
+    """best.pt, last.pt and a copy hold one step's weights: refused, never counted twice."""
+    ckpt_dir = tmp_path / "checkpoints"
+    for step in (1, 2, 3):
+        save_checkpoint(fake_state(step), ckpt_dir / f"step_{step}.pt")
+    save_checkpoint(fake_state(3), ckpt_dir / "last.pt")  # training's copy of the newest step
+    save_checkpoint({**fake_state(3), "step": 2, "best": True}, ckpt_dir / "best.pt")
+    paths = [ckpt_dir / name for name in ("best.pt", "last.pt", "step_1.pt", "step_3.pt")]
+    with pytest.raises(CheckpointError) as refused:  # the glob checkpoints/*.pt: one line
+        average_checkpoints(paths)
+    message = str(refused.value)
+    assert f"{paths[1]} holds the same weights as {paths[0]}" in message
+    assert f"{paths[3]} holds the same weights as {paths[0]}" in message
+    assert message.endswith(f"(leave out {paths[1]}, {paths[3]})") and "\n" not in message
+    averaged = average_checkpoints(paths[2:])
+    assert averaged["averaged_steps"] == [1, 3]
+    assert averaged["averaged_sha256"] == [weights_sha256(fake_state(s)) for s in (1, 3)]
+    save_checkpoint(fake_state(2, seed=3), ckpt_dir / "step_4.pt")  # step 3's weights again
+    with pytest.raises(CheckpointError, match="step_4.pt holds the same weights as .*step_3.pt"):
+        load_run(tmp_path, "avg:2")
 
 
 def test_averaging_refuses_checkpoints_of_other_settings_or_tokenizers(tmp_path):
