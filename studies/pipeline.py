@@ -16,6 +16,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -67,6 +68,12 @@ class StudyRun:
     echo: Callable[[str], None] = print
     planned: list[Point] = field(default_factory=list)  # what the dry run would train
     _texts: dict = field(default_factory=dict)
+    _saying: threading.Lock = field(default_factory=threading.Lock)
+
+    def say(self, line: str) -> None:
+        """echo one line whole (the runs' threads report at once)."""
+        with self._saying:
+            self.echo(line)
 
     def records(self) -> list[Record]:
         """Every record the study's store keeps, of every stage."""
@@ -122,7 +129,7 @@ class StudyRun:
         words = [*self.words(point), f"run_dir={run}"]
         record = make_record(run, self.study, point, words, metrics)
         keep(run, folder, record)
-        self.echo(f"study: recorded {point.label} in {folder}")
+        self.say(f"study: recorded {point.label} in {folder}")
         return record
 
     def ensure(self, points: Sequence[Point]) -> dict[Point, Record]:
@@ -168,7 +175,7 @@ def train_one(run: StudyRun, point: Point, number: str) -> None:
     tail = f"{rate_folder(point.lr_scale)}_steps{point.steps}_seed-{point.seed}"
     log = logs / f"{name.replace('/', '_')}_{tail}.log"
     command = sweep_command(run, point)
-    run.echo(f"study: [{number}] training {point.label} (log: {log})")
+    run.say(f"study: [{number}] training {point.label} (log: {log})")
     started = time.monotonic()
     with open(log, "a", encoding="utf-8") as out:
         out.write(shlex.join(["python", *command[1:]]) + "\n")
@@ -176,7 +183,8 @@ def train_one(run: StudyRun, point: Point, number: str) -> None:
         status = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
     minutes = (time.monotonic() - started) / 60
     what = "done" if status == 0 else f"failed (exit status {status}; see its log)"
-    run.echo(f"study: [{number}] {point.label}: {what} in {minutes:.1f} min")
+    run.say(f"study: [{number}] {point.label}: {what} in {minutes:.1f} min")
+    run.recorded(point)  # kept at once: a kill later loses none of it
 
 
 def train_points(run: StudyRun, points: Sequence[Point]) -> None:

@@ -10,6 +10,10 @@ type, is one line naming the key (OmegaConf's structured configs check both).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,9 +43,9 @@ class ChooseSpec:
     """A variant setting chosen on dev before its rate (SHAPE's K): one grid-budget run per
     value and grid seed at `rate`; the lowest mean dev PPL wins."""
 
-    key: str = "???"
-    values: list[str] = field(default_factory=list)
-    rate: float = 1.0
+    key: str = "???"  # the config key, e.g. position.max_shift
+    values: list[str] = field(default_factory=list)  # the values tried
+    rate: float = 1.0  # the optim.lr_scale they are tried at
 
 
 @dataclass
@@ -50,7 +54,7 @@ class VariantSpec:
 
     position: str | None = None  # configs/position/<name>.yaml; None: the variant's own name
     overrides: list[str] = field(default_factory=list)  # e.g. position.max_shift=10
-    choose: ChooseSpec | None = None  # a setting chosen on dev, or
+    choose: ChooseSpec | None = None  # a setting chosen on dev (the settings stage)
     fixed_from: str | None = None  # where a fixed setting's value came from (printed)
 
 
@@ -58,7 +62,7 @@ class VariantSpec:
 class ConditionSpec:
     """A training condition: data overrides, its control, analyses, where its rates come from."""
 
-    overrides: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # its data settings
     variants: list[str] | None = None  # None: every variant of the study
     control: str | None = None  # the condition its analyses compare with
     analyses: list[str] = field(default_factory=list)  # some of ANALYSES
@@ -70,9 +74,10 @@ class ConditionSpec:
 class GridSpec:
     """The learning-rate grid (§5.3's schedule times optim.lr_scale) at a short budget."""
 
-    rates: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])
-    steps: int = 2000
-    seeds: list[int] = field(default_factory=lambda: [1, 2])
+    rates: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])  # optim.lr_scale
+    steps: int = 2000  # the grid's budget (trainer.max_steps)
+    seeds: list[int] = field(default_factory=lambda: [1, 2])  # each rate's seeds
+    edge_steps: int = 3  # a winner at an edge adds the rate beyond it, at most this often
 
 
 @dataclass
@@ -80,8 +85,8 @@ class CheckSpec:
     """The check at the final budget: the grid's choice and each neighbour whose grid mean dev
     PPL is within ×within of it, `seeds` each; the lowest mean dev PPL wins."""
 
-    within: float = 2.0
-    seeds: list[int] = field(default_factory=lambda: [1, 2])
+    within: float = 2.0  # a neighbour is checked where its grid mean <= within x the choice's
+    seeds: list[int] = field(default_factory=lambda: [1, 2])  # 1..N: the first finals
 
 
 @dataclass
@@ -89,36 +94,36 @@ class ExtendSpec:
     """Finals trained on past the final budget (the schedule does not depend on max_steps)."""
 
     steps: int | None = None  # None: no extension
-    seeds: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)  # the final seeds trained on
 
 
 @dataclass
 class FinalSpec:
     """The finals: each variant at its chosen rate, scored on the test sets."""
 
-    steps: int = 8000
+    steps: int = 8000  # the final budget (trainer.max_steps)
     seeds: int = 5  # seeds 1..seeds; the check's seeds at the chosen rate are the first ones
-    seeds_by_variant: dict[str, int] = field(default_factory=dict)
+    seeds_by_variant: dict[str, int] = field(default_factory=dict)  # a variant's own count
     average_last: int = 0  # also score the average of the last N step checkpoints (0: no)
-    extend: ExtendSpec = field(default_factory=ExtendSpec)
+    extend: ExtendSpec = field(default_factory=ExtendSpec)  # finals trained on past steps
 
 
 @dataclass
 class SearchSpec:
     """Beam search of the scored translations (§6.1: beam 4, length penalty α 0.6)."""
 
-    beam: int = 4
-    lenpen: float = 0.6
+    beam: int = 4  # beam size
+    lenpen: float = 0.6  # length penalty alpha
 
 
 @dataclass
 class StatisticsSpec:
     """Paired differences from each baseline, corrected per family, and equivalence (TOST)."""
 
-    baselines: list[str] = field(default_factory=list)
-    correction: list[str] = field(default_factory=lambda: list(CORRECTIONS))
-    equivalence_margin: float = 1.0  # BLEU
-    confidence: float = 0.95
+    baselines: list[str] = field(default_factory=list)  # variants every other is compared to
+    correction: list[str] = field(default_factory=lambda: list(CORRECTIONS))  # holm, bh
+    equivalence_margin: float = 1.0  # BLEU: TOST's margin for "no difference"
+    confidence: float = 0.95  # of every interval
 
 
 @dataclass
@@ -132,21 +137,21 @@ class CostSpec:
 class StudySpec:
     """A whole study: `python scripts/run_study.py <name>` runs it end to end."""
 
-    name: str = "???"
-    schema: int = SCHEMA_VERSION
-    description: str = ""
+    name: str = "???"  # the file's name: configs/study/<name>.yaml, results/<name>/
+    schema: int = SCHEMA_VERSION  # the schema this file is written for
+    description: str = ""  # what the study asks, printed atop its report
     experiment: str = "???"  # configs/experiment/<name>.yaml
     overrides: list[str] = field(default_factory=list)  # every run's
     data_source: str = ""  # where the data comes from, when the default does not reach it
-    variants: dict[str, VariantSpec] = field(default_factory=dict)
-    conditions: dict[str, ConditionSpec] = field(default_factory=dict)
-    grid: GridSpec = field(default_factory=GridSpec)
-    check: CheckSpec = field(default_factory=CheckSpec)
-    final: FinalSpec = field(default_factory=FinalSpec)
-    test: list[str] = field(default_factory=lambda: ["test"])
-    search: SearchSpec = field(default_factory=SearchSpec)
-    statistics: StatisticsSpec = field(default_factory=StatisticsSpec)
-    cost: CostSpec = field(default_factory=CostSpec)
+    variants: dict[str, VariantSpec] = field(default_factory=dict)  # name: VariantSpec
+    conditions: dict[str, ConditionSpec] = field(default_factory=dict)  # name: ConditionSpec
+    grid: GridSpec = field(default_factory=GridSpec)  # the rate grid at a short budget
+    check: CheckSpec = field(default_factory=CheckSpec)  # the check at the final budget
+    final: FinalSpec = field(default_factory=FinalSpec)  # the finals
+    test: list[str] = field(default_factory=lambda: ["test"])  # the splits the finals score
+    search: SearchSpec = field(default_factory=SearchSpec)  # beam search of the scores
+    statistics: StatisticsSpec = field(default_factory=StatisticsSpec)  # the comparisons
+    cost: CostSpec = field(default_factory=CostSpec)  # the dry run's estimate
 
     def position(self, variant: str) -> str:
         """The configs/position name a variant trains."""
@@ -259,6 +264,7 @@ def check_numbers(path: Path, study: StudySpec) -> None:
         ("grid.rates", not grid.rates or min(grid.rates) <= 0, "positive rates"),
         ("grid.seeds", len(set(grid.seeds)) < 2, "two or more seeds"),
         ("grid.steps", grid.steps < 1, "a positive step budget"),
+        ("grid.edge_steps", grid.edge_steps < 0, "0 or more"),
         ("check.seeds", len(set(check.seeds)) < 2, "two or more seeds"),
         ("check.within", not check.within >= 1, "a factor of at least 1"),
         ("final.steps", final.steps < grid.steps, "at least grid.steps"),
@@ -321,3 +327,48 @@ def run_overrides(study: StudySpec, condition: str, variant: str) -> list[str]:
         *study.conditions[condition].overrides,
         *study.variants[variant].overrides,
     ]
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """{field: the comment beside it in this file} of a schema dataclass."""
+    comments = {}
+    for line in inspect.getsource(cls).splitlines():
+        match = re.match(r"\s+(\w+): [^=]+=.*?(?:#\s*(.*))?$", line)
+        if match:
+            comments[match.group(1)] = match.group(2) or ""
+    return comments
+
+
+def _default_text(spec: dataclasses.Field) -> str:
+    """A field's default as YAML would write it."""
+    if spec.default is not dataclasses.MISSING:
+        value = spec.default
+    elif spec.default_factory is not dataclasses.MISSING:
+        value = spec.default_factory()
+    else:
+        return "(required)"
+    if dataclasses.is_dataclass(value):
+        return "see below"
+    return "(required)" if value == "???" else f"`{json.dumps(value)}`"
+
+
+def schema_markdown() -> str:
+    """docs/study-schema.md: every key of a study config, its type, default and meaning."""
+    lines = [
+        "# Study config reference",
+        "",
+        "Generated from `studies/protocol.py` by `python scripts/study_schema.py`; do not edit.",
+        f"Schema version {SCHEMA_VERSION}. How to write one: docs/declare-a-study.md.",
+        "",
+    ]
+    for cls in (StudySpec, VariantSpec, ChooseSpec, ConditionSpec, GridSpec, CheckSpec,
+                FinalSpec, ExtendSpec, SearchSpec, StatisticsSpec, CostSpec):  # fmt: skip
+        comments = _field_comments(cls)
+        lines += [f"## {cls.__name__}", "", (cls.__doc__ or "").strip().replace("\n", " "), ""]
+        lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
+        for spec in dataclasses.fields(cls):
+            kind = str(spec.type).replace("|", "or")
+            meaning = comments.get(spec.name, "").replace("|", "/")
+            lines.append(f"| `{spec.name}` | {kind} | {_default_text(spec)} | {meaning} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -3,10 +3,10 @@
 The grid (docs/declare-a-study.md): at the grid's short budget, each rate's mean dev PPL over
 the grid seeds (a diverged seed counts as infinite); the lowest mean wins among the rates every
 seed ran; a winner at the edge of the rates tried adds the rate one step beyond it (×0.5 or ×2),
-at most `EDGE_STEPS` times. The check: at the final budget, the grid's choice and each neighbour
-whose grid mean is within ×`within` of the choice's are trained with the check seeds; the lowest
-mean dev PPL there wins, and a neighbour that wins has its own next neighbour (same direction)
-checked by the same test. Both rules read rows; what trains them is studies/pipeline.py.
+at most grid.edge_steps times. The check: at the final budget, the grid's choice and each
+neighbour whose grid mean is within ×`within` of the choice's are trained with the check seeds;
+the lowest mean dev PPL there wins, and a neighbour that wins has its own next neighbour (same
+direction) checked by the same test. Both rules read rows; studies/stages.py trains them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-EDGE_STEPS = 3  # rates added beyond an edge of the grid, at most (×0.5 or ×2 each)
+EDGE_STEPS = 3  # the default of grid.edge_steps: rates added beyond an edge (×0.5 or ×2 each)
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,15 @@ def _finite(value: float | None) -> bool:
 
 
 def choose_on_grid(
-    results: Sequence[DevResult], rates: Sequence[float], seeds: Sequence[int]
+    results: Sequence[DevResult],
+    rates: Sequence[float],
+    seeds: Sequence[int],
+    edge_steps: int = EDGE_STEPS,
 ) -> Choice:
     """The grid rule: lowest mean dev PPL, one step beyond an edge while the winner sits there."""
     means = rate_means(results, seeds)
     required = sorted(float(r) for r in rates)
-    for _ in range(EDGE_STEPS):
+    for _ in range(edge_steps):
         if any(means.get(r) is None or means[r].mean is None for r in required):
             return Choice(None, _listed(means, required), tuple(required), False)
         best = lowest(means, required)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from studies.pipeline import StudyRun, choice_line, dev_results
-from studies.rules import EDGE_STEPS, Choice, check_candidates, check_rule, choose_on_grid
+from studies.rules import Choice, check_candidates, check_rule, choose_on_grid
 from studies.store import Point, Record
 
 Key = tuple[str, str]  # (condition, variant)
@@ -25,7 +25,7 @@ def settle(
     """Train each key's points at its rates, decide, and go on while a rule asks for more rates."""
     rates = {k: tuple(sorted(v)) for k, v in start.items()}
     choices: dict[Key, Choice] = {}
-    for _ in range(EDGE_STEPS + 2):
+    for _ in range(run.study.grid.edge_steps + 2):
         points = {k: points_of(k, rates[k]) for k in rates}
         records = run.ensure([p for ps in points.values() for p in ps])
         choices = {k: decide(k, {p: records[p] for p in points[k] if p in records}) for k in rates}
@@ -85,7 +85,7 @@ def grid_stage(run: StudyRun, settings: dict[Key, tuple[str, ...]]) -> dict[Key,
         ]
 
     def decide(key: Key, records: dict[Point, Record]) -> Choice:
-        return choose_on_grid(dev_results(records), grid.rates, grid.seeds)
+        return choose_on_grid(dev_results(records), grid.rates, grid.seeds, grid.edge_steps)
 
     return settle(run, {k: grid.rates for k in settings}, points_of, decide)
 

@@ -1,0 +1,108 @@
+"""A tiny declared study through one command: killed mid-way, resumed, then a no-op."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from runs.checkpoint import load_checkpoint
+from studies.protocol import load_study
+from studies.store import Point, read_record, record_dir, work_dir
+from tests.conftest import ROOT, script_main
+
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+
+
+def tiny_study(folder: Path) -> Path:
+    """One variant, one grid rate x 2 seeds at 40 steps, the check's 2 seeds at 50 (the finals)."""
+    study = {
+        "name": "tiny",
+        "experiment": "quickstart",
+        "overrides": [
+            "data.corpus.train_size=3000",
+            "+data.corpus.validation_size=61",
+            "+data.corpus.test_size=61",
+            "data.vocab_size=400",
+            "data.max_tokens=1024",
+            "model.d_model=64",
+            "model.d_ff=128",
+            "trainer.effective_tokens=1024",
+            "trainer.eval_every=10",
+            "trainer.eval_bleu_sentences=0",
+            "trainer.save_every_steps=10",
+            "optim.warmup=10",
+            "trainer.num_threads=1",
+        ],  # fmt: skip
+        "variants": {"sinusoidal": {}},
+        "conditions": {"all": {}},
+        "grid": {"rates": [1.0], "steps": 40, "seeds": [1, 2], "edge_steps": 0},
+        "check": {"within": 2.0, "seeds": [1, 2]},
+        "final": {"steps": 50, "seeds": 2},
+        "statistics": {"baselines": ["sinusoidal"]},
+    }
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump(study), encoding="utf-8")
+    return path
+
+
+def tree_hash(*folders: Path) -> str:
+    """sha256 over every file's relative path and bytes under folders."""
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(folder)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def weights(run: Path) -> dict:
+    """The model weights of a run's last checkpoint."""
+    return load_checkpoint(run / "checkpoints" / "last.pt")["model"]
+
+
+def test_one_command_resumes_after_a_kill_and_then_changes_nothing(tmp_path):
+    path = tiny_study(tmp_path)
+    study = load_study(str(path))
+    work, results = tmp_path / "work", tmp_path / "results"
+    args = [str(path), "--launcher", "submitit_local", "--work", str(work)]
+    args += ["--results", str(results), "--", f"cache_dir={tmp_path / 'cache'}"]
+    first, second = (Point("grid", "all", "sinusoidal", 1.0, s, 40) for s in (1, 2))
+    command = [sys.executable, str(ROOT / "scripts" / "run_study.py"), *args]
+    driver = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    midway = work_dir(work, study, second) / "checkpoints" / "step_10.pt"
+    try:
+        while not midway.exists():
+            assert driver.poll() is None, "the study ended before its second run was mid-way"
+            time.sleep(0.05)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and every run it started
+        driver.wait()
+    assert read_record(record_dir(results, study, first)) is not None
+    assert read_record(record_dir(results, study, second)) is None
+    assert not (work_dir(work, study, second) / "metrics.json").exists()
+
+    assert script_main("run_study")(args) == 0
+    resumed = work_dir(work, study, second)
+    assert "resum" in (resumed / "train.log").read_text().lower()
+    fresh = tmp_path / "uninterrupted"
+    words = [*second.train_overrides(study, (f"cache_dir={tmp_path / 'cache'}",))]
+    subprocess.run([sys.executable, "train.py", *words, f"hydra.run.dir={fresh}"], cwd=ROOT,
+                   check=True, capture_output=True)  # fmt: skip
+    for key, value in weights(fresh).items():
+        assert torch.equal(value, weights(resumed)[key]), key
+    finals = [Point("final", "all", "sinusoidal", 1.0, s, 50) for s in (1, 2)]
+    assert all(read_record(record_dir(results, study, p)) for p in finals)
+
+    before = tree_hash(work, results)
+    assert script_main("run_study")(args) == 0
+    assert tree_hash(work, results) == before

@@ -1,0 +1,80 @@
+"""A study config: every committed one loads; a bad key, value or name is one line naming it."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from studies.protocol import STUDY_DIR, StudyConfigError, load_study, schema_markdown
+from tests.conftest import ROOT
+
+STUDIES = sorted(STUDY_DIR.glob("*.yaml"))
+GOOD = {
+    "name": "my_study",
+    "experiment": "quickstart",
+    "variants": {"sinusoidal": {}, "rope": {}},
+    "conditions": {"all": {}},
+    "statistics": {"baselines": ["sinusoidal"]},
+}
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
+def test_every_committed_study_loads_and_names_its_file(path):
+    study = load_study(path.stem)
+    assert study.name == path.stem
+    assert study.variants and study.conditions
+    for condition in study.conditions:
+        assert study.condition_variants(condition)
+
+
+def write_study(folder: Path, changes: dict, name: str = "my_study") -> Path:
+    """GOOD with changes merged at the top level, as <folder>/<name>.yaml."""
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({**GOOD, **changes}), encoding="utf-8")
+    return path
+
+
+def test_a_good_study_loads_typed(tmp_path):
+    study = load_study(str(write_study(tmp_path, {"grid": {"rates": [0.5, 1], "steps": 10}})))
+    assert study.grid.rates == [0.5, 1.0] and study.grid.steps == 10
+    assert study.final_seeds("all", "rope") == [1, 2, 3, 4, 5]
+    assert study.position("rope") == "rope"
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"grid": {"rate": [1.0]}}, "grid.rate"),
+        ({"check": {"within": "twice"}}, "check.within"),
+        ({"final": {"seeds_by_variant": {"rope": "five"}}}, "final.seeds_by_variant.rope"),
+        ({"variants": {"nope": {}}}, "variants.nope"),
+        ({"overrides": ["seed=3"]}, "overrides: seed"),
+        ({"conditions": {"all": {"rates_from": "short"}}}, "conditions.all.rates_from"),
+        ({"conditions": {"all": {"analyses": ["bleu"]}}}, "conditions.all.analyses"),
+        ({"statistics": {"baselines": ["learned"]}}, "statistics.baselines"),
+        ({"grid": {"seeds": [1]}}, "grid.seeds"),
+        ({"check": {"seeds": [2, 3]}}, "check.seeds"),
+        ({"final": {"steps": 10, "extend": {"steps": 5}}}, "final.steps"),
+        ({"name": "other"}, "name: other"),
+        ({"experiment": "no_such_experiment"}, "does not compose"),
+    ],
+)
+def test_a_bad_study_is_one_line_naming_the_key(tmp_path, changes, named):
+    path = write_study(tmp_path, changes)
+    with pytest.raises(StudyConfigError) as info:
+        load_study(str(path))
+    message = str(info.value)
+    assert named in message and str(path) in message
+    assert "\n" not in message
+
+
+def test_an_unknown_study_name_lists_the_known_ones():
+    with pytest.raises(StudyConfigError, match=r"no file .*; pass one of .*pe_multi30k_fr"):
+        load_study("no_such_study")
+
+
+def test_the_schema_reference_is_generated_from_the_schema():
+    written = (ROOT / "docs" / "study-schema.md").read_text(encoding="utf-8")
+    assert written == schema_markdown(), "run: python scripts/study_schema.py"
+    for key in ("within", "rates_from", "edge_steps", "equivalence_margin"):
+        assert f"`{key}`" in written
