@@ -22,7 +22,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.files import read_json, write_json, write_text
-from runs.record import code_version, trained_config
+from runs.record import read_segments, trained_config
 from runs.resume import setting_differences
 from studies.plan import ROOT, StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec, run_overrides
@@ -112,7 +112,7 @@ class Record:
     dev_ppl: float | None  # None: diverged
     cpu_seconds: float  # wall seconds × threads (one thread a run)
     command: str  # `python train.py ...` that trains it again (paths on the command line aside)
-    code_version: str  # the commit it trained at (provenance only: never compared)
+    code_version: str  # the commit(s) it trained at (provenance only: never compared)
     fingerprints: dict  # data.json's: raw split text, train ids, tokenizer
 
     @property
@@ -173,7 +173,9 @@ def outside_paths(run: Path) -> dict[str, str]:
         for part in key.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         if isinstance(value, str) and value and Path(value).expanduser().exists():
-            places[str((ROOT / Path(value).expanduser()).resolve())] = f"<{key}>"
+            places.setdefault(str((ROOT / Path(value).expanduser()).resolve()), f"<{key}>")
+    for segment in read_segments(run):  # the checkout each segment trained from
+        places.setdefault(str(segment.get("cwd")), "<checkout>")
     return dict(sorted(places.items(), key=lambda item: -len(item[0])))
 
 
@@ -209,6 +211,12 @@ def keep(run: Path, folder: Path, record: Record) -> None:
     staging.rename(folder)
 
 
+def trained_code(run: Path) -> str:
+    """The commit(s) a run trained at, from its segments ("a, then b" where a resume changed it)."""
+    codes = list(dict.fromkeys(str(s.get("code")) for s in read_segments(run)))
+    return ", then ".join(codes) if codes else "unrecorded"
+
+
 def make_record(
     run: Path, study: StudySpec, point: Point, words: list[str], metrics: dict | None
 ) -> Record:
@@ -229,7 +237,7 @@ def make_record(
         dev_ppl=ppl if ppl is not None and ppl == ppl and ppl != float("inf") else None,
         cpu_seconds=round(float((metrics or {}).get("wall_seconds") or 0.0) * threads, 1),
         command=command_line(words),
-        code_version=code_version(),
+        code_version=trained_code(run),
         fingerprints=summary.get("fingerprints", {}),
     )
 
