@@ -123,12 +123,14 @@ class StudyRun:
             return record
         run = work_dir(self.work, self.study, point)
         metrics = finished_metrics(run)
+        if metrics is not None and int(metrics.get("steps", -1)) != point.steps:
+            metrics = None  # finished at another budget: an extension not trained yet
         if metrics is None and not diverged_in_log(run / "train.log"):
             return None
         self.refuse_if_different(run, point)
         words = [*self.words(point), f"run_dir={run}"]
         record = make_record(run, self.study, point, words, metrics)
-        keep(run, folder, record)
+        keep(run, folder, record, self.work / self.study.name)
         self.say(f"study: recorded {point.label} in {folder}")
         return record
 

@@ -7,11 +7,15 @@ complete waits, and the stages after it leave that pair out until a later call.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from studies.answer import Final, answer, answer_markdown
+from studies.finals import FinalScores, is_scored, score_final, wanted_evaluations
 from studies.pipeline import StudyRun, choice_line, dev_results
 from studies.rules import Choice, check_candidates, check_rule, choose_on_grid
-from studies.store import Point, Record
+from studies.store import Point, Record, record_dir, work_dir
 
 Key = tuple[str, str]  # (condition, variant)
 
@@ -162,13 +166,52 @@ def planned_estimate(run: StudyRun, grid: dict[Key, Choice], check: dict[Key, Ch
     return lines
 
 
+def score_finals(run: StudyRun, finals: dict[Point, Record]) -> dict[Point, FinalScores]:
+    """Every recorded final scored on the test sets (not in a dry run: listed as to score)."""
+    scored = {}
+    for point in finals:
+        folder = record_dir(run.results, run.study, point)
+        if run.dry_run and not is_scored(run.study, folder):
+            run.say(f"to score: {point.label}")
+            continue
+        where = work_dir(run.work, run.study, point)
+        scored[point] = score_final(run.study, where, folder, run.work / run.study.name, run.say)
+    return scored
+
+
+def extend_stage(run: StudyRun, scored: dict[Point, FinalScores]) -> dict[Point, Record]:
+    """The finals of final.extend.seeds trained on to final.extend.steps, each continuing its
+    scored final run (a copy of its folder: the schedule does not depend on max_steps)."""
+    extend = run.study.final.extend
+    if not extend.steps:
+        return {}
+    points = {
+        replace(p, stage="extend", steps=extend.steps): p for p in scored if p.seed in extend.seeds
+    }
+    for point, final in points.items():
+        target = work_dir(run.work, run.study, point)
+        if not target.exists() and not run.dry_run:
+            shutil.copytree(
+                work_dir(run.work, run.study, final), target, ignore=shutil.ignore_patterns("eval")
+            )
+    return run.ensure(list(points))
+
+
 def run_stages(run: StudyRun) -> dict:
     """Every stage in order, as far as the records allow; what each decided."""
     settings = settings_stage(run)
     grid = grid_stage(run, settings)
     check = check_stage(run, settings, grid)
     finals = run.ensure(final_points(run, settings, check))
-    return {"settings": settings, "grid": grid, "check": check, "finals": finals}
+    scored = score_finals(run, finals)
+    extended = extend_stage(run, scored)
+    scored_extended = score_finals(run, extended)
+    kept = [
+        Final(point, records[point], scores)
+        for records, group in ((finals, scored), (extended, scored_extended))
+        for point, scores in group.items()
+    ]
+    return {"settings": settings, "grid": grid, "check": check, "finals": kept}
 
 
 def spent_hours(records: Sequence[Record]) -> float:
@@ -205,5 +248,13 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     ]
     if reused:
         lines += ["Deviation: " + "; ".join(reused) + " (declared, not tuned).", ""]
-    lines += ["## final", "", f"{len(decided['finals'])} final runs recorded.", ""]
-    return "\n".join(lines)
+    lines += ["## The answer", ""]
+    if decided["finals"]:
+        checkpoints = [
+            c for _, c in wanted_evaluations(study)[: 1 + bool(study.final.average_last)]
+        ]
+        result = answer(study, decided["finals"], checkpoints)
+        lines += answer_markdown(result, checkpoints, study.statistics.equivalence_margin)
+    else:
+        lines.append("No final is scored yet.")
+    return "\n".join(lines) + "\n"

@@ -163,11 +163,14 @@ def kept_data_summary(run: Path) -> dict:
     return summary
 
 
-def outside_paths(run: Path) -> dict[str, str]:
-    """{absolute path: placeholder} of the folders a run names outside the store: itself, its
-    cache and its data (PATH_KEYS), longest first."""
+def outside_paths(run: Path, work: Path | None = None) -> dict[str, str]:
+    """{absolute path: placeholder} of the folders a run names outside the store: itself, the
+    study's work folder (an extension's earlier folder), its cache and data (PATH_KEYS), its
+    checkout; longest first."""
     config = trained_config(run)
     places = {str(Path(run).absolute()): "<run_dir>"}
+    if work is not None:
+        places[str(Path(work).absolute())] = "<work>"
     for key in PATH_KEYS[1:]:
         value = config
         for part in key.split("."):
@@ -186,7 +189,7 @@ def scrubbed(text: str, places: dict[str, str]) -> str:
     return text
 
 
-def keep(run: Path, folder: Path, record: Record) -> None:
+def keep(run: Path, folder: Path, record: Record, work: Path | None = None) -> None:
     """Copy a finished run's kept files into folder with its record.json; whole or not at all."""
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -199,7 +202,7 @@ def keep(run: Path, folder: Path, record: Record) -> None:
             shutil.copytree(run / name, staging / name)
     if (run / "data.json").is_file():
         write_json(staging / "data.json", kept_data_summary(run))
-    places = outside_paths(run)
+    places = outside_paths(run, work)
     for name in ("train.log", "segments.json", "data.json"):
         if (staging / name).is_file():
             text = (staging / name).read_text(encoding="utf-8", errors="replace")

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from runs.checkpoint import load_checkpoint
+from studies.finals import read_scores
 from studies.protocol import load_study
 from studies.store import Point, read_record, record_dir, work_dir
 from tests.conftest import ROOT, script_main
@@ -21,7 +22,8 @@ pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 
 
 def tiny_study(folder: Path) -> Path:
-    """One variant, one grid rate x 2 seeds at 40 steps, the check's 2 seeds at 50 (the finals)."""
+    """One variant, one grid rate x 2 seeds at 40 steps, the check's 2 seeds at 50 (the finals,
+    scored at the last checkpoint and the average of the last 2)."""
     study = {
         "name": "tiny",
         "experiment": "quickstart",
@@ -44,7 +46,7 @@ def tiny_study(folder: Path) -> Path:
         "conditions": {"all": {}},
         "grid": {"rates": [1.0], "steps": 40, "seeds": [1, 2], "edge_steps": 0},
         "check": {"within": 2.0, "seeds": [1, 2]},
-        "final": {"steps": 50, "seeds": 2},
+        "final": {"steps": 50, "seeds": 2, "average_last": 2},
         "statistics": {"baselines": ["sinusoidal"]},
     }
     path = folder / "tiny.yaml"
@@ -102,6 +104,12 @@ def test_one_command_resumes_after_a_kill_and_then_changes_nothing(tmp_path):
         assert torch.equal(value, weights(resumed)[key]), key
     finals = [Point("final", "all", "sinusoidal", 1.0, s, 50) for s in (1, 2)]
     assert all(read_record(record_dir(results, study, p)) for p in finals)
+    scores = read_scores(record_dir(results, study, finals[0]))
+    last, averaged = scores.score("test", "last"), scores.score("test", "avg:2")
+    assert last.step == averaged.step == 50 and last.n_sentences == 61
+    assert last.weights_sha256 != averaged.weights_sha256
+    readme = (results / "tiny" / "README.md").read_text()
+    assert "## The answer" in readme and "BLEU avg:2" in readme
 
     before = tree_hash(work, results)
     assert script_main("run_study")(args) == 0

@@ -1,0 +1,151 @@
+"""Scoring a declared study's finals: each test set, last checkpoint and the average of the last N.
+
+A final run is scored once, in its run folder while its checkpoints are there, with the study's
+search (§6.1: beam 4, α 0.6 by default): ``<split>-last-beam<b>`` and, where the study declares
+``final.average_last: N``, ``<split>-avg<N>-beam<b>`` (Table 2's averaging of the last N step
+checkpoints; distinct weights only, runs/checkpoint.py refuses a repeat). The evaluations (JSON
+with the weights' hash, and the translations) are kept beside the record with `FinalScores`
+(scores.json); claims rest on the last checkpoint, the average is the second score.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from common.configs import compose_config
+from common.files import read_json, write_json
+from evaluation.evaluate import evaluate
+from runs.checkpoint import weights_sha256
+from runs.load import load_run
+from runs.record import trained_config
+from studies.plan import StudyError
+from studies.protocol import SCHEMA_VERSION, StudySpec
+from studies.store import outside_paths, scrubbed
+
+SCORES_FILE = "scores.json"
+
+
+@dataclass(frozen=True)
+class SplitScore:
+    """One evaluation of a final run: a split, a checkpoint, its scores."""
+
+    split: str
+    checkpoint: str  # last | avg:N
+    step: int
+    bleu: float  # sacreBLEU, detokenized
+    chrf: float
+    tok_bleu: float | None  # the paper's tokenized BLEU (German: compound split)
+    n_sentences: int
+    signature: str
+    weights_sha256: str  # the evaluated weights' hash (runs/checkpoint.py; an average's too)
+    hypotheses_sha256: str
+
+
+@dataclass(frozen=True)
+class FinalScores:
+    """scores.json: every evaluation of one final run, with the search that made them."""
+
+    schema: int
+    beam: int
+    lenpen: float
+    scores: list[SplitScore]
+
+    def score(self, split: str, checkpoint: str) -> SplitScore | None:
+        """The evaluation of a split and checkpoint (None: not scored)."""
+        found = [s for s in self.scores if (s.split, s.checkpoint) == (split, checkpoint)]
+        return found[0] if found else None
+
+
+def wanted_evaluations(study: StudySpec) -> list[tuple[str, str]]:
+    """(split, checkpoint) of every evaluation a final gets."""
+    checkpoints = ["last"] + (
+        [f"avg:{study.final.average_last}"] if study.final.average_last else []
+    )
+    return [(split, checkpoint) for split in study.test for checkpoint in checkpoints]
+
+
+def evaluation_name(study: StudySpec, split: str, checkpoint: str) -> str:
+    """test-last-beam4, test-avg5-beam4."""
+    return f"{split}-{checkpoint.replace(':', '')}-beam{study.search.beam}"
+
+
+def read_scores(folder: Path) -> FinalScores | None:
+    """scores.json of a final's record folder (None: not scored)."""
+    path = Path(folder) / SCORES_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    return FinalScores(
+        data["schema"], data["beam"], data["lenpen"], [SplitScore(**s) for s in data["scores"]]
+    )
+
+
+def is_scored(study: StudySpec, folder: Path) -> bool:
+    """Whether a final's record holds every evaluation the study asks, with its search."""
+    scores = read_scores(folder)
+    return (
+        scores is not None
+        and (scores.beam, scores.lenpen) == (study.search.beam, study.search.lenpen)
+        and all(scores.score(*wanted) for wanted in wanted_evaluations(study))
+    )
+
+
+def evaluate_one(study: StudySpec, run: Path, split: str, checkpoint: str) -> dict:
+    """evaluate.py on one split with one checkpoint of a run, in the precision it trained in."""
+    precision = trained_config(run)["trainer"]["precision"]
+    overrides = [
+        f"run_dir={run}",
+        f"split={split}",
+        f"checkpoint={checkpoint}",
+        f"name={evaluation_name(study, split, checkpoint)}",
+        f"beam={study.search.beam}",
+        f"lenpen={study.search.lenpen}",
+        f"precision={precision}",
+    ]
+    return evaluate(compose_config(overrides, "evaluate"))
+
+
+def split_score(result: dict, split: str, checkpoint: str, hyp: Path, weights: str) -> SplitScore:
+    """The typed row of one evaluation's JSON."""
+    return SplitScore(
+        split=split,
+        checkpoint=checkpoint,
+        step=int(result["step"]),
+        bleu=float(result["bleu"]),
+        chrf=float(result["chrf"]),
+        tok_bleu=result.get("tok_bleu"),
+        n_sentences=int(result["n_sentences"]),
+        signature=str(result["signature"]),
+        weights_sha256=weights,
+        hypotheses_sha256=hashlib.sha256(hyp.read_bytes()).hexdigest(),
+    )
+
+
+def score_final(study: StudySpec, run: Path, folder: Path, work: Path, say) -> FinalScores:
+    """Score a final run (its folder `run`, under `work`) and keep the evaluations in its record
+    `folder`."""
+    if is_scored(study, folder):
+        return read_scores(folder)
+    if not (run / "checkpoints" / "last.pt").is_file():
+        raise StudyError(
+            f"{folder} is not scored and {run} holds no checkpoints: move the record away to "
+            "train the run again"
+        )
+    places, rows = outside_paths(run, work), []
+    (folder / "eval").mkdir(parents=True, exist_ok=True)
+    for split, checkpoint in wanted_evaluations(study):
+        name = evaluation_name(study, split, checkpoint)
+        result = evaluate_one(study, run, split, checkpoint)
+        hyp = run / "eval" / f"{name}.hyp"
+        shutil.copy2(hyp, folder / "eval" / hyp.name)
+        text = (run / "eval" / f"{name}.json").read_text(encoding="utf-8")
+        (folder / "eval" / f"{name}.json").write_text(scrubbed(text, places), encoding="utf-8")
+        weights = weights_sha256(load_run(run, checkpoint)[0])  # an average's too
+        rows.append(split_score(result, split, checkpoint, hyp, weights))
+        say(f"study: scored {folder.name} {name}: sacreBLEU {rows[-1].bleu:.2f}")
+    scores = FinalScores(SCHEMA_VERSION, study.search.beam, study.search.lenpen, rows)
+    write_json(folder / SCORES_FILE, asdict(scores))
+    return scores
