@@ -4,7 +4,9 @@ import json
 from pathlib import Path
 
 import yaml
+from omegaconf import OmegaConf
 
+from common.configs import compose_config
 from studies.protocol import load_study
 from studies.store import (
     Point,
@@ -12,6 +14,7 @@ from studies.store import (
     keep,
     make_record,
     read_record,
+    record_differences,
     record_dir,
     work_dir,
 )
@@ -83,3 +86,28 @@ def test_a_kept_record_names_no_folder_outside_the_store(tmp_path):
                 assert outside not in text, f"{path.name} names {outside}"
     assert "<run_dir>" in (folder / "train.log").read_text()
     assert "<data.path>" in (folder / "train.log").read_text()
+
+
+def record_folder(folder: Path, config: dict, texts: dict) -> Path:
+    """A kept record holding a resolved config and data.json's text fingerprints."""
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    (folder / "data.json").write_text(json.dumps({"fingerprints": {"text": texts}}))
+    return folder
+
+
+def test_a_record_trained_otherwise_is_refused_by_settings_and_data_not_paths(tmp_path):
+    point = Point("grid", "all", "rope", 0.5, 1, 2000)
+    words = [*point.train_overrides(STUDY), "run_dir=/somewhere"]
+    wanted = OmegaConf.to_container(compose_config(words), resolve=True)
+    texts = {"train": {"pairs": 3, "sha256": "a" * 64}, "test": {"pairs": 1, "sha256": "b" * 64}}
+    moved = json.loads(json.dumps(wanted)) | {"run_dir": "/elsewhere", "cache_dir": "/c"}
+    moved["data"]["path"] = "/another/copy"
+    assert record_differences(record_folder(tmp_path / "same", moved, texts), wanted, texts) == []
+    other = json.loads(json.dumps(wanted))
+    other["optim"]["lr_scale"] = 1.0
+    refused = record_differences(record_folder(tmp_path / "rate", other, texts), wanted, texts)
+    assert refused == ["optim.lr_scale: 1.0 -> 0.5"]
+    edited = {**texts, "test": {"pairs": 1, "sha256": "c" * 64}}
+    refused = record_differences(record_folder(tmp_path / "data", wanted, edited), wanted, texts)
+    assert refused == [f"test text: {'c' * 12} -> {'b' * 12}"]
