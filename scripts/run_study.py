@@ -19,11 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from common.errors import report_user_errors
-from common.files import write_text
 from studies.pipeline import Launch, StudyRun
 from studies.plan import LAUNCHERS, ROOT
 from studies.protocol import load_study, study_path
-from studies.stages import planned_estimate, run_stages, status_markdown
+from studies.stages import planned_estimate, run_stages, write_study_report
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -70,12 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print("\n".join(planned_estimate(run, decided["grid"], decided["check"])))
         return 0
-    out = Path(args.results) / study.name
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(
-        out / "README.md", status_markdown(run, decided, committed_in(study_path(args.study)))
-    )
-    print(f"study {study.name}: written {out / 'README.md'}")
+    out = write_study_report(run, decided, committed_in(study_path(args.study)))
+    print(f"study {study.name}: written {out}/README.md, runs.json")
     return 0
 
 

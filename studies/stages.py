@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
+from pathlib import Path
 
+from common.files import write_json, write_text
 from studies.answer import Final, answer, answer_markdown
 from studies.finals import FinalScores, is_scored, score_final, wanted_evaluations
 from studies.pipeline import StudyRun, choice_line, dev_results
@@ -258,3 +260,34 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     else:
         lines.append("No final is scored yet.")
     return "\n".join(lines) + "\n"
+
+
+STAGES = {  # what each stage's folder holds (docs/declare-a-study.md)
+    "settings": "a variant setting chosen on dev at the grid's budget (e.g. SHAPE's K)",
+    "grid": "the learning-rate grid at the short budget; the lowest mean dev PPL wins",
+    "check": "the grid's choice and its neighbours within the factor, at the final budget",
+    "final": "each variant at its chosen rate, every final seed, scored on the test sets",
+    "extend": "finals trained on past the final budget (the schedule ignores max_steps)",
+}
+
+
+def runs_json(run: StudyRun) -> list[dict]:
+    """runs.json: every record's point, dev PPL, CPU-seconds, command and commit."""
+    return [{k: v for k, v in asdict(r).items() if k != "fingerprints"} for r in run.records()]
+
+
+def write_study_report(run: StudyRun, decided: dict, committed: str) -> Path:
+    """results/<study>/: README.md, runs.json, and a README in each stage's folder (each file
+    written atomically; they are derived from the records, so a rerun rewrites them)."""
+    out = Path(run.results) / run.study.name
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "README.md", status_markdown(run, decided, committed))
+    write_json(out / "runs.json", runs_json(run))
+    for stage, what in STAGES.items():
+        folder = out / stage
+        if folder.is_dir():
+            count = len(list(folder.glob("runs/**/record.json")))
+            lines = [f"# {run.study.name}: {stage}", "", f"{what[0].upper()}{what[1:]}.", ""]
+            lines.append(f"{count} records in `runs/`; the study's README has the choices.")
+            write_text(folder / "README.md", "\n".join(lines) + "\n")
+    return out
