@@ -190,7 +190,6 @@ def answer_markdown(result: dict, checkpoints: Sequence[str], margin: float) -> 
             f"{' **held**' if d.shown else ''} | {_num(d.q_bh, 3)} | {_num(d.tost_p, 3)} | "
             f"±{_num(d.detectable)} |"
         )
-    changed = result["flips"] or ["none"]
-    lines += ["", "What averaging the last checkpoints changes (sign or Holm decision): "
-              + "; ".join(changed) + "."]  # fmt: skip
+    changed = "; ".join(result["flips"]) or "no difference changes sign or Holm decision"
+    lines += ["", f"Averaging the last checkpoints instead: {changed}."]
     return lines
