@@ -5,6 +5,7 @@ parses the config, runs it and prints the scores. See that module for what is wr
 """
 
 import json
+import sys
 
 from common.errors import quiet_start, started
 
@@ -22,10 +23,15 @@ from evaluation.evaluate import evaluate, translate_stdin
 def main(cfg: DictConfig) -> None:
     """Command-line entry: score (or translate stdin) and print; a user error is one line."""
     started()
-    if cfg.translate:
-        translate_stdin(cfg)
-        return
-    scores = evaluate(cfg)
+    try:
+        if cfg.translate:
+            translate_stdin(cfg)
+            return
+        scores = evaluate(cfg)
+    except KeyboardInterrupt:  # Ctrl-C: one line; evaluate() writes its files last, all or none
+        done = "no translation printed" if cfg.translate else "nothing written (eval/ as it was)"
+        print(f"interrupted: {done}", file=sys.stderr)
+        sys.exit(130)
     print(
         json.dumps(
             {k: v for k, v in scores.items() if k not in ("by_length", "data")},

@@ -1,8 +1,10 @@
 """The one error type a user can fix, and the wrapper every entry point reports it through."""
 
+import errno
 import functools
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -40,6 +42,27 @@ def optional_module(name: str, extra: str) -> ModuleType:
         raise MissingDependencyError(
             f"{top} is not installed (an optional dependency): pip install -e '.[{extra}]'"
         ) from None
+
+
+# How a Rust library (safetensors, tokenizers) words the OS error behind a failed write
+RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+# The errnos of a full disk or an exhausted quota
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error_in(error: BaseException | None) -> OSError | None:
+    """The OSError in an exception's chain (torch.save wraps a failed write in a RuntimeError),
+    or one rebuilt from a Rust library's "(os error N)" message; None if there is none."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        if found := RUST_OS_ERROR.search(str(error)):
+            number = int(found.group(1))
+            return OSError(number, os.strerror(number))
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def first_line(error: BaseException) -> str:

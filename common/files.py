@@ -3,34 +3,124 @@ and the JSON objects read back."""
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from common.errors import DataError
+from common.errors import NO_SPACE, DataError, UserError, os_error_in
+
+
+class FileWriteError(UserError):
+    """Files that could not be written (disk full, no permission); nothing was replaced."""
+
+
+def write_failure(error: BaseException, what: str, retry: str) -> FileWriteError | None:
+    """One line for the OS error behind a failed write of what (None where there is none: a bug).
+
+    retry says how to run the command again once the disk has room (or the folder is writable).
+    """
+    cause = os_error_in(error)
+    if cause is None:
+        return None
+    fix = "free space on that disk" if cause.errno in NO_SPACE else "make that folder writable"
+    return FileWriteError(f"{cause.strerror or cause} while writing {what}: {fix} and {retry}")
+
+
+def current_umask() -> int:
+    """This process's umask (read by setting it, then setting it back)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
 
 
 def new_file_mode() -> int:
     """The mode open() gives a new file under this process's umask (mkstemp's is 0600)."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o666 & ~current_umask()
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write text to path atomically (temporary file, then rename): never a half-written file.
+def new_folder_mode() -> int:
+    """The mode mkdir() gives a new folder under this process's umask (mkdtemp's is 0700)."""
+    return 0o777 & ~current_umask()
 
-    The file gets the mode any new file would (0644 under the usual umask), not mkstemp's 0600.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+
+def missing_folders(path: Path) -> list[Path]:
+    """The folders from path up that do not exist, outermost first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.insert(0, path)
+        path = path.parent
+    return missing
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove those of folders (outermost first) that are empty, innermost first."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (someone else's file) or gone: leave it
+            pass
+
+
+def temporary_copy(path: Path, text: str) -> Path:
+    """A temporary file beside path holding text, with the mode any new file would get."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def write_texts(files: dict[Path, str]) -> None:
+    """Write several text files, all or none: each to a temporary file, then all renamed.
+
+    A failure before the renames (disk full, Ctrl-C) removes the temporary files and the
+    folders this call made: the disk is as it was. Files get the mode any new file would
+    (0644 under the usual umask), not mkstemp's 0600.
+    """
+    made = {f for path in files for f in missing_folders(Path(path).parent)}
+    made = sorted(made, key=lambda folder: len(folder.parts))  # outermost first
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            written.append((temporary_copy(Path(path), text), Path(path)))
+        for tmp, path in written:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        remove_empty_folders(made)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write text to path atomically (temporary file, then rename): never a half-written file."""
+    write_texts({Path(path): text})
+
+
+@contextmanager
+def staged_folder(out: Path) -> Iterator[Path]:
+    """A temporary folder beside out to fill, renamed to out once the block completes.
+
+    out must be missing or an empty folder. Whatever fails inside the block (disk full,
+    Ctrl-C) removes the temporary folder and the parents this made: out stays as it was.
+    """
+    made = missing_folders(out.parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
+    try:
+        os.chmod(staging, new_folder_mode())
+        yield staging
+        os.replace(staging, out)  # over an empty folder too (rename(2))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        remove_empty_folders(made)
         raise
 
 

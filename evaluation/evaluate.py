@@ -7,7 +7,9 @@ scoring"): `bleu` is detokenized sacreBLEU with its signature (today's practice)
 the paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
 """
 
+import json
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from common.errors import DataError, UserError
-from common.files import write_json, write_text
+from common.files import write_failure, write_texts
 from data.corpus import decode_lines, load_split, read_lines
 from data.tokenizer import EOS_ID
 from evaluation.bleu import bleu_by_length, tokenized_bleu
@@ -26,8 +28,13 @@ from interop.ctranslate2_engine import ctranslate2_translator, translate_ctransl
 from model.position import PositionRangeError
 from runs.device import resolve_device, use_bf16
 from runs.load import checkpoint_record, load_run, rebuild_model
+from runs.settings import check_finite
 
 ENGINES = ("ours", "ctranslate2")
+
+
+class EvaluationError(UserError):
+    """An evaluation whose scores cannot be trusted or written: nothing is written."""
 
 
 def translate_with(cfg: DictConfig, model, tokenizer, srcs: list[str], device, bf16: bool):
@@ -98,6 +105,11 @@ def check_sources(cfg: DictConfig) -> None:
             "translate=true reads the sentences on stdin but src_file/ref_file is set too: pass "
             "the file on stdin, or leave translate out to translate src_file"
         )
+    if cfg.translate and cfg.split is not None:
+        raise UserError(
+            f"translate=true reads the sentences on stdin but split={cfg.split} is set too: leave "
+            "split out to translate stdin, or translate out to score the split"
+        )
     if cfg.split is not None and (cfg.src_file or cfg.ref_file):
         raise UserError(
             f"split={cfg.split} and src_file/ref_file name two inputs: pass one of them"
@@ -111,6 +123,7 @@ def check_options(cfg: DictConfig) -> None:
     if not isinstance(cfg.get("translate", False), bool):  # `maybe` would read stdin as true
         raise UserError(f"translate={cfg.translate}: pass true (read stdin) or false")
     check_sources(cfg)
+    check_finite(cfg)
     whole_number(cfg, "beam", 1, f"from 1 (greedy) to {MAX_BEAM} (the paper: 4)")
     if cfg.beam > MAX_BEAM:
         raise UserError(f"beam={cfg.beam}: pass 1 (greedy) to {MAX_BEAM} (the paper: 4)")
@@ -218,9 +231,42 @@ def evaluate(cfg: DictConfig) -> dict:
     if refs is not None:
         tgt_lang = state["config"]["data"]["tgt_lang"]
         scores.update(reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang, cfg, device))
-    write_text(hyp_path, "".join(h + "\n" for h in hyps))
-    write_json(run_dir / "eval" / f"{name}.json", scores)
+    check_scores(scores, run_dir, tag, where)
+    write_evaluation(hyp_path, hyps, scores)
     return scores
+
+
+def check_scores(scores: dict, run_dir: Path, tag: str, where: str) -> None:
+    """EvaluationError naming every non-finite score (a NaN perplexity is no result to keep)."""
+    bad = [
+        f"{key}={value}"
+        for key, value in scores.items()
+        if isinstance(value, float) and not math.isfinite(value)
+    ]
+    if bad:
+        raise EvaluationError(
+            f"checkpoint {tag} of {run_dir} scores {', '.join(bad)} on {where}: its weights "
+            "give no finite score (damaged or diverged), nothing written; evaluate another "
+            "checkpoint (checkpoint=best, step_<n>.pt, ...)"
+        )
+
+
+def write_evaluation(hyp_path: Path, hyps: list[str], scores: dict) -> None:
+    """The hypotheses and the scores' JSON beside them, both or neither (disk full: one line)."""
+    json_path = hyp_path.with_suffix(".json")
+    try:
+        write_texts(
+            {
+                hyp_path: "".join(h + "\n" for h in hyps),
+                json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
+            }
+        )
+    except OSError as e:
+        what = f"{json_path} and its .hyp (nothing was written)"
+        error = write_failure(e, what, "evaluate again (or pass run_dir= a copy on another disk)")
+        if error is None:
+            raise
+        raise error from e
 
 
 def search_record(cfg: DictConfig, bf16: bool, position_override: dict) -> dict:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from common.errors import UserError, optional_module
-from common.files import write_json
+from common.files import staged_folder, write_failure, write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
 from runs.load import load_run, rebuild_model
@@ -95,9 +95,22 @@ def export_hf(
     except UserError as e:
         raise ExportError(f"run {run_dir}: {e}") from None
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise ExportError(f"--out {out} exists and is not empty: pass a new folder")
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        what = "is not empty" if out.is_dir() else "is a file"
+        raise ExportError(f"--out {out} exists and {what}: pass a new folder")
+    try:  # written beside out and renamed into place once complete: never a partial out
+        with staged_folder(out) as staging:
+            write_folder(staging, model, tokenizer, state, tag, run_dir, max_positions)
+    except Exception as e:  # safetensors words a full disk as a SafetensorError
+        error = write_failure(e, f"the export to {out} (nothing was left there)", "export again")
+        if error is None or isinstance(e, UserError):
+            raise
+        raise error from e
+    return out
+
+
+def write_folder(out: Path, model, tokenizer, state: dict, tag: str, run_dir, max_positions: int):
+    """The Marian folder's files in out: weights, configs, tokenizer files and export.json."""
     marian = to_marian(model, max_positions)
     marian.generation_config = generation_config(max_positions)
     # transformers 4.x's translation pipeline applies a folder's generation settings only where
@@ -118,7 +131,6 @@ def export_hf(
             "search": "greedy (num_beams 1); Marian's beam search divides by |Y|^alpha, not GNMT",
         },
     )
-    return out
 
 
 def generation_config(max_positions: int):

@@ -48,14 +48,14 @@ class PositionSettingError(UserError):
 
 
 def check_base(base) -> float:
-    """base as a float, or PositionSettingError unless it is a number above 1."""
+    """base as a float, or PositionSettingError unless it is a finite number above 1."""
     try:
         number = float(base)
     except (TypeError, ValueError):
         number = math.nan
-    if not number > 1:  # also nan
+    if not (number > 1 and math.isfinite(number)):  # nan; inf leaves all but 2 dims constant
         raise PositionSettingError(
-            f"position.base={base}: pass a number above 1 (the paper: 10000), the longest "
+            f"position.base={base}: pass a finite number above 1 (the paper: 10000), the longest "
             "wavelength's scale"
         )
     return number
@@ -384,9 +384,9 @@ class RotaryPositionEncoding(PositionEncoding):
             factor = float(self.factor)
         except (TypeError, ValueError):
             factor = math.nan
-        if not factor >= 1.0:
+        if not (factor >= 1.0 and math.isfinite(factor)):  # nan; inf collapses every position
             raise PositionSettingError(
-                f"position factor={self.factor}: pass 1 (unscaled) or more "
+                f"position factor={self.factor}: pass a finite number, 1 (unscaled) or more "
                 "(how many times the trained length the inputs reach)"
             )
         self.factor = factor

@@ -5,10 +5,9 @@ RNG states, sampler state, the resolved config as a dict, the tokenizer's path a
 it loads with ``torch.load(weights_only=True)``: nothing in a checkpoint can run code. Each
 file carries the sha256 of its content (``content_sha256``), verified on load: a damaged (bit-
 flipped) file is refused like a truncated one. Checkpoints written before the checksum load as
-they are.
+they are, if they hold only the keys such checkpoints had (PRE_CHECKSUM_KEYS).
 """
 
-import errno
 import hashlib
 import os
 import re
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from common.errors import UserError
+from common.errors import NO_SPACE, UserError, os_error_in
 from runs.resume import setting_differences
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
@@ -26,6 +25,15 @@ RUN_TOKENIZER = "tokenizer/spm.model"
 TEMP_SUFFIX = ".tmp"
 # The key under which a checkpoint keeps the sha256 of the rest of its content.
 CHECKSUM = "checksum"
+# Every top-level key a checkpoint written before the checksum (13cc861) could hold: the
+# training state, what the run kept beside it, and what averaging and loading added. A file
+# without the checksum that holds any other key (a newer key, or "checksum" with a flipped bit
+# in its name) is damaged, not old.
+PRE_CHECKSUM_KEYS = frozenset(
+    {"model", "optimizer", "schedule", "sampler", "rng", "step", "best_ppl", "tokens_seen"}
+    | {"config", "choices", "tokenizer", "precision", "world_size", "wall_seconds"}
+    | {"averaged", "averaged_steps", "file"}
+)
 
 
 class CheckpointError(UserError):
@@ -34,17 +42,6 @@ class CheckpointError(UserError):
 
 class CheckpointWriteError(UserError, OSError):
     """A checkpoint could not be written (disk full, no permission); the previous one is kept."""
-
-
-def _os_error(error: BaseException) -> OSError | None:
-    """The OSError in an exception's chain (torch.save wraps a failed write in a RuntimeError)."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
 
 
 def _hash_into(digest, value) -> None:
@@ -93,12 +90,12 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
         os.replace(tmp, path)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
-        cause = _os_error(e)
+        cause = os_error_in(e)  # torch.save wraps a failed write in a RuntimeError
         if cause is None:
             raise
         advice = (
             "free space on that disk, lower trainer.keep_last or set run_dir to another disk"
-            if cause.errno in (errno.ENOSPC, errno.EDQUOT)
+            if cause.errno in NO_SPACE
             else "make the directory writable or set run_dir to another directory"
         )
         previous = f"the previous {path.name} is intact" if path.exists() else "nothing was written"
@@ -128,14 +125,32 @@ def load_checkpoint(path: str | Path) -> dict:
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {path} is unreadable or unsafe: {first_line}") from e
     if isinstance(state, dict):
-        stored = state.pop(CHECKSUM, None)  # None: written before checkpoints had one
-        if stored is not None and stored != content_sha256(state):
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt: its content does not match the sha256 it was "
-                "saved with (a damaged file); use another checkpoint"
-            )
+        check_content(state, path)
         state["file"] = str(path.resolve())
     return state
+
+
+def check_content(state: dict, path: Path) -> None:
+    """Pop the checksum and verify it; CheckpointError for a mismatch or a damaged old file.
+
+    A file without the checksum loads as written before checkpoints had one only if it holds
+    no key such files never had (PRE_CHECKSUM_KEYS): a flipped bit in the checksum's own key
+    name would otherwise pass a damaged file unverified.
+    """
+    stored = state.pop(CHECKSUM, None)
+    if stored is None:
+        unknown = sorted(str(key) for key in state if key not in PRE_CHECKSUM_KEYS)
+        if unknown:
+            raise CheckpointError(
+                f"checkpoint {path} is corrupt: it has no {CHECKSUM!r} but holds keys that no "
+                f"checkpoint without one had ({', '.join(map(repr, unknown))}): a damaged "
+                "file; use another checkpoint"
+            )
+    elif stored != content_sha256(state):
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its content does not match the sha256 it was "
+            "saved with (a damaged file); use another checkpoint"
+        )
 
 
 def step_checkpoints(directory: str | Path) -> list[Path]:

@@ -7,7 +7,7 @@ boundary, rather than a traceback or a silent nonsense result later.
 
 import math
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from common.errors import UserError
 
@@ -95,8 +95,34 @@ def _check_betas(betas) -> None:
         )
 
 
+def non_finite(value, key: str = "") -> list[tuple[str, float]]:
+    """(dotted key, value) of every inf or nan float in a nested dict/list, in order."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(key, value)]
+    if isinstance(value, dict):
+        return [bad for k, v in value.items() for bad in non_finite(v, f"{key}.{k}".strip("."))]
+    if isinstance(value, list | tuple):
+        return [bad for i, v in enumerate(value) for bad in non_finite(v, f"{key}[{i}]")]
+    return []
+
+
+def check_finite(cfg: DictConfig) -> None:
+    """SettingError naming the first setting that is inf or nan (no setting means either).
+
+    The values as written: an interpolation copies a value that is checked where it is set.
+    """
+    found = non_finite(OmegaConf.to_container(cfg, resolve=False))
+    if found:
+        key, value = found[0]
+        raise SettingError(
+            f"{key}={value}: pass a finite number (inf and nan are no setting's value; null "
+            "turns an optional limit off)"
+        )
+
+
 def check_training_settings(cfg: DictConfig) -> None:
-    """Raise SettingError naming the first training setting out of range (RANGES)."""
+    """Raise SettingError naming the first setting that is inf or nan or out of range (RANGES)."""
+    check_finite(cfg)
     _check("seed", cfg.seed, 0, False, True, "the run's random seed")
     for key, (minimum, optional, integer, hint) in RANGES.items():
         section, name = key.split(".")

@@ -92,6 +92,17 @@ def value_point(path: Path, result: dict, variant: str, rate: float, value: str)
     return ValuePoint(value, path, point["dev_ppl_by_seed"], point["mean"], point["n"])
 
 
+def check_rate_ran(rate: float, paths: Sequence[Path], results: Sequence[dict]) -> None:
+    """TuningError unless some variant of some tuning.json ran the rate (listing those they ran)."""
+    ran = {p["lr_scale"] for r in results for v in r["variants"].values() for p in v["rates"]}
+    if rate not in ran:
+        listed = ", ".join(f"{r:g}" for r in sorted(ran)) or "none"
+        raise TuningError(
+            f"--rate {rate:g}: no grid of {', '.join(map(str, paths))} ran it (the rates they "
+            f"ran: {listed}): pass one of those"
+        )
+
+
 def choose_setting(
     key: str,
     rate: float,
@@ -104,6 +115,7 @@ def choose_setting(
     if len(paths) < 2:
         raise TuningError(f"--tunings: pass 2 or more tuning.json files (one per {key})")
     results = check_one_grid(paths, key)
+    check_rate_ran(rate, paths, results)
     seeds = results[0]["seeds"]
     variants = dict.fromkeys(v for r in results for v in r["variants"])
     rows = {}

@@ -613,16 +613,26 @@ def prepare(
     cfg: DictConfig, resumed: dict | None, device, rank: int, world: int
 ) -> tuple[PreparedData, TrainingState, UpdatePlan, dict]:
     """The data, a fresh training state and the update plan, checked against the checkpoint to
-    resume and the disk; and the training pairs' fingerprint."""
+    resume and the disk; and the training pairs' fingerprint.
+
+    A refusal here removes the run's tokenizer/ copy if this launch made it (under the lock):
+    a refused launch leaves the disk as it was.
+    """
     run_dir = Path(cfg.run_dir)
     own_tokenizer = run_dir / RUN_TOKENIZER
     own = own_tokenizer if resumed is not None and own_tokenizer.is_file() else None
+    had_copy = own_tokenizer.parent.exists()
     data = load_data(cfg, rank, own)
-    state, plan = build_state(cfg, data, device, rank, world)
-    corpus = data.fingerprint()  # kept beside the encoded train split after the first launch
-    check_data(resumed, data, corpus)
-    if rank == 0:  # a full disk is refused now, not at the first save (maybe the last step)
-        check_space(run_dir, checkpoint_bytes(state.model), shutil.disk_usage(run_dir).free)
+    try:
+        state, plan = build_state(cfg, data, device, rank, world)
+        corpus = data.fingerprint()  # kept beside the encoded train split after the first launch
+        check_data(resumed, data, corpus)
+        if rank == 0:  # a full disk is refused now, not at the first save (maybe the last step)
+            check_space(run_dir, checkpoint_bytes(state.model), shutil.disk_usage(run_dir).free)
+    except UserError:
+        if rank == 0 and not had_copy:
+            shutil.rmtree(own_tokenizer.parent, ignore_errors=True)
+        raise
     return data, state, plan, corpus
 
 

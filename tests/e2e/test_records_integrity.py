@@ -21,6 +21,7 @@ import pytest
 import torch
 import yaml
 
+from common.errors import UserError
 from data.toy import main as write_toy_corpus
 from runs.checkpoint import CheckpointError, load_checkpoint
 from runs.directory import LOCK_FILE, EarlierRecordsError
@@ -186,6 +187,19 @@ def test_a_refused_first_launch_leaves_no_folder_and_an_old_one_as_it_was(bad, c
         assert refused.returncode == 1 and lines[-1].startswith("error: "), refused.stderr[-3000:]
     assert not new.exists()
     assert old.is_dir() and not any(old.iterdir())
+
+
+def test_a_launch_refused_after_its_tokenizer_copy_leaves_no_folder(cache_dir, tmp_path):
+    """position.base=0.5 is refused when the model is built, after the data and the run's own
+    tokenizer copy: the copy goes, and with it the folder the launch made (an old one stays)."""
+    new, old = tmp_path / "new", tmp_path / "old"
+    old.mkdir()
+    (old / "notes.txt").write_text("the user's\n")
+    for run_dir in (new, old):
+        with pytest.raises(UserError, match="position.base=0.5"):
+            run(cache_dir, run_dir, 2, "position.base=0.5")
+    assert not new.exists()
+    assert sorted(p.name for p in old.iterdir()) == ["notes.txt"]
 
 
 def test_of_two_launches_at_once_the_record_is_the_one_that_trained(cache_dir, tmp_path):

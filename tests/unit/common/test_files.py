@@ -1,10 +1,11 @@
 """common/files.py: atomic text and JSON writes."""
 
+import errno
 import json
 
 import pytest
 
-from common.files import write_json, write_text
+from common.files import staged_folder, write_failure, write_json, write_text, write_texts
 
 
 def test_write_json_round_trips_and_creates_folders(tmp_path):
@@ -21,3 +22,50 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
         write_text(path, None)  # fails inside the write
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["test.hyp"]
+
+
+def test_files_written_together_are_all_or_none(tmp_path, monkeypatch):
+    import common.files
+
+    old = tmp_path / "eval" / "a.hyp"
+    write_text(old, "old\n")
+    real = common.files.temporary_copy
+
+    def interrupted(path, text):  # Ctrl-C once the first file's temporary copy is written
+        if path.name == "a.json":
+            raise KeyboardInterrupt
+        return real(path, text)
+
+    monkeypatch.setattr(common.files, "temporary_copy", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_texts({old: "new\n", old.with_suffix(".json"): "{}\n"})
+    assert old.read_text() == "old\n" and [p.name for p in old.parent.iterdir()] == ["a.hyp"]
+    fresh = tmp_path / "new" / "eval"
+    with pytest.raises(KeyboardInterrupt):
+        write_texts({fresh / "a.hyp": "new\n", fresh / "a.json": "{}\n"})
+    assert not (tmp_path / "new").exists()  # the folders it made are gone again
+    monkeypatch.undo()
+    write_texts({fresh / "a.hyp": "new\n", fresh / "a.json": "{}\n"})
+    assert sorted(p.name for p in fresh.iterdir()) == ["a.hyp", "a.json"]
+
+
+def test_a_staged_folder_appears_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "exports" / "marian"
+    with pytest.raises(OSError), staged_folder(out) as staging:
+        (staging / "config.json").write_text("{}")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert not (tmp_path / "exports").exists()
+    with staged_folder(out) as staging:
+        (staging / "config.json").write_text("{}")
+        assert not out.exists()
+    assert [p.name for p in tmp_path.rglob("*")] == ["exports", "marian", "config.json"]
+
+
+def test_a_full_disk_is_one_line_saying_what_to_do():
+    rust = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+    error = write_failure(rust, "the export to out", "export again")
+    assert str(error) == (
+        "No space left on device while writing the export to out: free space on that disk and "
+        "export again"
+    )
+    assert write_failure(ValueError("a bug"), "x", "y") is None  # keeps its traceback

@@ -18,7 +18,7 @@ from evaluation.evaluate import evaluate
 from evaluation.translate import translate
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
-from runs.checkpoint import CheckpointError
+from runs.checkpoint import CheckpointError, content_sha256
 from runs.load import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
@@ -231,6 +231,22 @@ def test_translate_mode_reads_stdin(trained_run):
     assert out[:3] == translate(model, tokenizer, lines, torch.device("cpu"))
 
 
+def test_translate_with_a_split_is_refused_before_reading_stdin(tmp_path):
+    """translate=true reads stdin: a split beside it would be ignored, so it is refused."""
+    done = run_command("evaluate.py", f"run_dir={tmp_path}", "translate=true", "split=test")
+    assert done.returncode == 1 and done.stdout == "", done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: translate=true reads the sentences on stdin but split=test is set too: leave "
+        "split out to translate stdin, or translate out to score the split"
+    ]
+
+
+def test_an_infinite_override_is_refused_naming_the_key(tmp_path):
+    overrides = ["position_override.scaling=linear", "position_override.factor=inf"]
+    with pytest.raises(UserError, match=r"^position_override.factor=inf: pass a finite number"):
+        evaluate(eval_config(tmp_path, *overrides))
+
+
 def test_command_line_errors_are_one_line_and_exit_one(tmp_path):
     missing = tmp_path / "no-such-run"
     done = run_command("evaluate.py", f"run_dir={missing}")
@@ -280,7 +296,7 @@ def test_averaged_checkpoint_on_disk(trained_run, tmp_path):
 def test_checkpoint_from_another_tokenizer_is_refused(trained_run, tmp_path):
     state = torch.load(trained_run / "checkpoints" / "last.pt", weights_only=True)
     state["tokenizer"]["sha256"] = "0" * 64
-    state.pop("checksum")  # a consistent foreign checkpoint (an edited one would be corrupt)
+    state["checksum"] = content_sha256(state)  # consistent (an edited one would be corrupt)
     torch.save(state, tmp_path / "foreign.pt")
     before = eval_files(trained_run)
     with pytest.raises(CheckpointError, match=r"differs from .*\(sha256 \w{12} != 000000000000\)"):

@@ -281,6 +281,8 @@ def test_inference_settings_are_checked_and_refused_one_line():
         rope.apply_inference_settings(scaling="yarn")
     with pytest.raises(PositionSettingError, match="factor=0.5"):
         rope.apply_inference_settings(factor=0.5)
+    with pytest.raises(PositionSettingError, match="factor=inf: pass a finite number"):
+        rope.apply_inference_settings(factor=math.inf)  # every position would collapse to 0
     assert rope.inference_state() == {"scaling": "ntk", "factor": 2.0}  # refused: unchanged
     with pytest.raises(PositionSettingError, match="inference-only settings: none"):
         build("relative").apply_inference_settings(max_distance=32)
@@ -294,3 +296,11 @@ def test_each_yaml_names_its_own_class():
 
     targets = [OmegaConf.load(path)._target_ for path in POSITION_CONFIGS]
     assert len(set(targets)) == len(targets)
+
+
+@pytest.mark.parametrize("variant", ["sinusoidal", "rope"])
+@pytest.mark.parametrize("base", [math.inf, "inf", math.nan])
+def test_a_non_finite_base_is_refused(variant, base):
+    """base=inf leaves only the first pair of sinusoid dimensions varying with position."""
+    with pytest.raises(PositionSettingError, match=r"position.base=\S+: pass a finite number"):
+        build(variant, base=base)

@@ -166,3 +166,24 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path):
     assert not marker.exists()
     torch.load(path, weights_only=False)  # the file is really hostile: a plain load runs it
     assert marker.exists()
+
+
+def test_a_flipped_bit_in_the_checksum_key_name_does_not_pass_a_damaged_file(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint(fake_state(1) | {"num_threads": 1}, path)
+    raw = path.read_bytes()
+    assert raw.count(b"checksum") == 1
+    path.write_bytes(raw.replace(b"checksum", b"checksul"))  # 'm' 0x6d -> 'l' 0x6c
+    assert "checksul" in torch.load(path, weights_only=True)  # torch itself reads it
+    with pytest.raises(CheckpointError, match=r"corrupt: it has no 'checksum' .*'checksul'"):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_without_the_checksum_loads_only_with_the_keys_older_ones_had(tmp_path):
+    old = tmp_path / "old.pt"
+    torch.save(fake_state(1) | {"rng": {}, "wall_seconds": 1.0, "averaged_steps": [1]}, old)
+    assert load_checkpoint(old)["step"] == 1  # written before checkpoints had a checksum
+    newer = tmp_path / "newer.pt"
+    torch.save(fake_state(1) | {"corpus": {"pairs": 3}}, newer)  # a newer key, no checksum
+    with pytest.raises(CheckpointError, match=r"newer.pt is corrupt.*'corpus'"):
+        load_checkpoint(newer)

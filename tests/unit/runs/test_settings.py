@@ -30,6 +30,23 @@ def test_out_of_range_settings_are_one_line_naming_the_key(override, expected):
     assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("position.base=inf", "position.base=inf"),
+        ("position.base=-inf", "position.base=-inf"),
+        ("optim.betas=[0.9,nan]", "optim.betas[1]=nan"),
+        ("trainer.max_minutes=inf", "trainer.max_minutes=inf"),
+        ("+model.new_scale=inf", "model.new_scale=inf"),  # any key, not only those listed
+    ],
+)
+def test_a_non_finite_setting_is_one_line_naming_the_key(override, key):
+    with pytest.raises(SettingError) as raised:
+        check_training_settings(compose_config(["experiment=quickstart", override]))
+    assert str(raised.value).startswith(f"{key}: pass a finite number"), raised.value
+    assert "\n" not in str(raised.value)
+
+
 def test_every_experiment_passes_with_a_step_budget_and_no_minute_budget():
     """Experiments compare like with like: load may change a run's wall time, never its steps."""
     experiments = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))

@@ -86,3 +86,18 @@ def test_files_that_are_not_one_grid_are_refused_in_one_line(tmp_path, capsys):
         assert not out.exists()
     with pytest.raises(TuningError, match="both set"):
         choose_setting(KEY, 1.0, [t25, t25], echo=lambda _: None)
+
+
+def test_a_rate_no_grid_ran_is_refused_in_one_line_before_writing(tmp_path, capsys):
+    t10 = shape_grid(tmp_path / "s10", 10, {1: 9.0, 2: 9.6}, tmp_path / "t10")
+    t25 = shape_grid(tmp_path / "s25", 25, {1: 9.4, 2: 9.0}, tmp_path / "t25")
+    out = tmp_path / "k7"
+    with pytest.raises(SystemExit) as exit_:
+        script_main("study")(
+            ["choose", "--setting", KEY, "--rate", "7", "--out", str(out), "--tunings"]
+            + [str(t10), str(t25)]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith("error: --rate 7: ") and "the rates they ran: 1)" in err[0], err
+    assert not out.exists()
