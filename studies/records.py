@@ -318,10 +318,11 @@ def scored_runs(root: Path) -> tuple[list[StudyRecord], list[str]]:
     root = Path(root)
     records, unscored = [], []
     for condition in CONDITIONS:
-        for run_dir in sorted((root / condition).glob("*/seed-*")):
+        # <variant>/seed-<s>, or <variant>/<settings>/seed-<s> (a declared study's final store)
+        for run_dir in sorted((root / condition).glob("**/seed-*")):
             if not run_dir.is_dir() or run_dir.name.endswith(".partial"):
                 continue
-            label = f"{condition}/{run_dir.parent.name}/{run_dir.name}"
+            label = f"{condition}/{run_dir.relative_to(root / condition)}"
             record = current_record(run_dir)
             if record is None:  # unfinished, scored before its last step, or another search
                 unscored.append(label)

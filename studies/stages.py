@@ -139,6 +139,13 @@ def final_points(
     return points
 
 
+def recorded_finals(run: StudyRun, condition: str, variant: str, besides: Sequence[int]) -> int:
+    """How many finals of a pair the store already records, beside the check's seeds."""
+    folder = Path(run.results) / run.study.name / "final" / "runs" / condition / variant
+    seeds = {int(p.parent.name.split("-")[1]) for p in folder.glob("**/seed-*/record.json")}
+    return len(seeds - set(besides))
+
+
 def planned_estimate(run: StudyRun, grid: dict[Key, Choice], check: dict[Key, Choice]) -> list[str]:
     """Lines of the dry run: the points to train now, and the later stages' most."""
     study, planned = run.study, run.planned
@@ -147,7 +154,9 @@ def planned_estimate(run: StudyRun, grid: dict[Key, Choice], check: dict[Key, Ch
         3 * len(study.check.seeds) for k in waiting if not grid[k].complete
     )  # the grid's choice and up to two neighbours, when the grid is still open
     later_final = sum(  # the check's seeds at the chosen rate are finals already
-        len(study.final_seeds(c, v)) - (0 if spec.rates_from else len(study.check.seeds))
+        len(study.final_seeds(c, v))
+        - (0 if spec.rates_from else len(study.check.seeds))
+        - recorded_finals(run, c, v, study.check.seeds if not spec.rates_from else ())
         for c, spec in study.conditions.items()
         for v in study.condition_variants(c)
         if (spec.rates_from or c, v) in waiting

@@ -216,7 +216,7 @@ def keep(run: Path, folder: Path, record: Record, work: Path | None = None) -> N
 
 def trained_code(run: Path) -> str:
     """The commit(s) a run trained at, from its segments ("a, then b" where a resume changed it)."""
-    codes = list(dict.fromkeys(str(s.get("code")) for s in read_segments(run)))
+    codes = list(dict.fromkeys(str(s.get("code") or "unrecorded") for s in read_segments(run)))
     return ", then ".join(codes) if codes else "unrecorded"
 
 
@@ -245,13 +245,22 @@ def make_record(
     )
 
 
+def recorded_texts(folder: Path) -> dict | None:
+    """The text fingerprints a record keeps (record.json's; a run folder's data.json's)."""
+    for name in (RECORD_FILE, "data.json"):
+        if (Path(folder) / name).is_file():
+            found = read_json(Path(folder) / name).get("fingerprints", {}).get("text")
+            if found:
+                return found
+    return None
+
+
 def record_differences(folder: Path, wanted: dict, text_fingerprints: dict[str, dict]) -> list[str]:
     """What a kept record (or a finished run folder) trained differently from `wanted` (a
     resolved config) or on other data than `text_fingerprints`: 'key: old -> new' each."""
     stored = blank_paths(trained_config(folder))
     refused, _ = setting_differences(stored, blank_paths(copy.deepcopy(wanted)))
-    data = folder / "data.json"
-    kept = read_json(data).get("fingerprints", {}).get("text") if data.is_file() else None
+    kept = recorded_texts(folder)
     for split, now in text_fingerprints.items():
         old = (kept or {}).get(split)
         if old != now:
