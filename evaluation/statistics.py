@@ -22,7 +22,7 @@ BOOTSTRAP_SEED = 12345
 EQUIVALENCE_MARGIN = 1.0
 # The same margin for a ratio of BLEU to a control's (the short condition's kept share): ±1 BLEU
 # over the all-lengths controls' 32-39 BLEU at 11-20 source words, where most sentences beyond
-# the training lengths are (results/pe_study_final/buckets.md)
+# the training lengths are (results/pe_multi30k/report/buckets.md)
 RATIO_EQUIVALENCE_MARGIN = 0.03
 
 

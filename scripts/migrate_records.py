@@ -3,7 +3,7 @@
     python scripts/migrate_records.py [--study pe_multi30k] [--results results] [--plan]
         [--data-path ../shared/data/multi30k]
 
-Reads every finished run of the old stores (OLD_STORES below: results/pe_study*, pe_shape_*,
+Reads every finished run of the old stores (OLD_STORES below: results/archive/pe_study*, pe_shape_*,
 pe_plateau), its point from its own .hydra/config.yaml and study.json, and copies it
 to results/<study>/<stage>/runs/... with its record.json; no copied file names an absolute path.
 Running it again gives the same tree. Prints the points per stage, the points without data
@@ -27,27 +27,28 @@ from studies.protocol import load_study
 # (store, what its name says of its runs), in the order they were trained: of two copies of one
 # point, the later store's is kept. pe_study: rate x1 (and the superseded 2,000-step short and
 # joined study); pe_plateau: the budget's two 8,000-step runs; pe_study_final: the 81 finals.
+K10, K25 = ("position.max_shift=10",), ("position.max_shift=25",)  # SHAPE's shift
 OLD_STORES: tuple[tuple[str, dict], ...] = (
-    ("pe_study", {"lr_scale": 1.0, "steps": 2000}),
-    ("pe_study_lr05", {"lr_scale": 0.5, "steps": 2000}),
-    ("pe_study_lr025", {"lr_scale": 0.25, "steps": 2000}),
-    ("pe_study_lr2", {"lr_scale": 2.0, "steps": 2000}),
-    ("pe_plateau", {"steps": 8000}),
-    ("pe_shape_k10", {"lr_scale": 0.5, "steps": 2000, "settings": ("position.max_shift=10",)}),
-    ("pe_shape_k25", {"lr_scale": 0.5, "steps": 2000, "settings": ("position.max_shift=25",)}),
-    ("pe_shape_k10_lr025",
-     {"lr_scale": 0.25, "steps": 2000, "settings": ("position.max_shift=10",)}),
-    ("pe_shape_k10_lr1", {"lr_scale": 1.0, "steps": 2000, "settings": ("position.max_shift=10",)}),
-    ("pe_shape_k10_lr2", {"lr_scale": 2.0, "steps": 2000, "settings": ("position.max_shift=10",)}),
-    ("pe_study_final_lr025", {"lr_scale": 0.25, "steps": 8000}),
-    ("pe_study_final_lr05", {"lr_scale": 0.5, "steps": 8000}),
-    ("pe_study_final_lr1", {"lr_scale": 1.0, "steps": 8000}),
-    ("pe_study_final_lr2", {"lr_scale": 2.0, "steps": 8000}),
-    ("pe_shape_final_lr1", {"lr_scale": 1.0, "steps": 8000}),
-    ("pe_shape_final_lr2", {"lr_scale": 2.0, "steps": 8000}),
-    ("pe_study_final", {"steps": 8000}),
+    ("archive/pe_study", {"lr_scale": 1.0, "steps": 2000}),
+    ("archive/pe_study_lr05", {"lr_scale": 0.5, "steps": 2000}),
+    ("archive/pe_study_lr025", {"lr_scale": 0.25, "steps": 2000}),
+    ("archive/pe_study_lr2", {"lr_scale": 2.0, "steps": 2000}),
+    ("archive/pe_plateau", {"steps": 8000}),
+    ("archive/pe_shape_k10", {"lr_scale": 0.5, "steps": 2000, "settings": K10}),
+    ("archive/pe_shape_k25", {"lr_scale": 0.5, "steps": 2000, "settings": K25}),
+    ("archive/pe_shape_k10_lr025",
+     {"lr_scale": 0.25, "steps": 2000, "settings": K10}),
+    ("archive/pe_shape_k10_lr1", {"lr_scale": 1.0, "steps": 2000, "settings": K10}),
+    ("archive/pe_shape_k10_lr2", {"lr_scale": 2.0, "steps": 2000, "settings": K10}),
+    ("archive/pe_study_final_lr025", {"lr_scale": 0.25, "steps": 8000}),
+    ("archive/pe_study_final_lr05", {"lr_scale": 0.5, "steps": 8000}),
+    ("archive/pe_study_final_lr1", {"lr_scale": 1.0, "steps": 8000}),
+    ("archive/pe_study_final_lr2", {"lr_scale": 2.0, "steps": 8000}),
+    ("archive/pe_shape_final_lr1", {"lr_scale": 1.0, "steps": 8000}),
+    ("archive/pe_shape_final_lr2", {"lr_scale": 2.0, "steps": 8000}),
+    ("archive/pe_study_final", {"steps": 8000}),
 )  # fmt: skip
-FINAL_STORE = "pe_study_final"  # the finals: each variant's final rate is the rate it holds
+FINAL_STORE = "archive/pe_study_final"  # the finals: each variant's final rate is the rate it holds
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -1,13 +1,14 @@
 """Run a declared study end to end: settings -> grid -> check -> finals -> report.
 
-    python scripts/run_study.py <name | path.yaml> [--dry-run] [--jobs N]
+    python scripts/run_study.py <name | path.yaml> [--dry-run | --report] [--jobs N]
         [--launcher basic|submitit_local|slurm] [--work outputs/studies] [--results results]
         [-- overrides of every run (data.path=<folder>) and of the launcher (hydra.launcher.x=)]
 
 <name> is configs/study/<name>.yaml (docs/declare-a-study.md). Each stage skips what the store
 (<results>/<name>/<stage>/runs/) records, records finished run folders of <work>/<name>/, and
 trains the rest, N at a time; the same command resumes after a kill. --dry-run lists every run
-still to train and the CPU-hours it would take, and trains nothing.
+still to train and the CPU-hours it would take, and writes nothing; --report also writes the
+study's README, runs.json and stage READMEs from the records as they are.
 """
 
 import argparse
@@ -30,7 +31,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", help="configs/study/<name>.yaml by name, or a .yaml path")
     parser.add_argument(
-        "--dry-run", action="store_true", help="list what would train; train nothing"
+        "--dry-run", action="store_true", help="list what would train; write nothing"
+    )
+    parser.add_argument(
+        "--report", action="store_true", help="write the report from the records; train nothing"
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="basic", help="Hydra launcher")
@@ -64,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     hydra = tuple(o for o in args.overrides if o.startswith("hydra."))
     runs = tuple(o for o in args.overrides if not o.startswith("hydra."))
     launch = Launch(args.launcher, args.jobs, runs, hydra)
-    run = StudyRun(study, args.work, args.results, launch, dry_run=args.dry_run)
+    run = StudyRun(study, args.work, args.results, launch, dry_run=args.dry_run or args.report)
     decided = run_stages(run)
-    if args.dry_run:
+    if args.dry_run or args.report:
         print("\n".join(planned_estimate(run, decided["grid"], decided["check"])))
+    if args.dry_run:
         return 0
     out = write_study_report(run, decided, committed_in(study_path(args.study)))
     print(f"study {study.name}: written {out}/README.md, runs.json")

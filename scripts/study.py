@@ -2,20 +2,22 @@
 
     python scripts/study.py run [--condition all joined short] [--variants V ...] [--seeds S ...]
         [--launcher basic|submitit_local|slurm] [--jobs N] [--root outputs/study]
-        [--records results/pe_study/runs] [--tuning results/pe_tuning/tuning.json ...]
+        [--records results/archive/pe_study/runs]
+        [--tuning results/archive/pe_tuning/tuning.json ...]
         [-- hydra overrides for every run]
     python scripts/study.py run --experiment E --tuning T [T ...] --seeds S [S ...] [--variants V]
         [--launcher ...] [--jobs N] [--root outputs/study] [-- hydra overrides for every run]
-    python scripts/study.py report [--root results/pe_study/runs] [--out results/pe_study]
-        [--tuning results/pe_tuning/tuning.json ...]
-    python scripts/study.py tune [--stores S ...] [--out results/pe_tuning]
+    python scripts/study.py report [--root results/archive/pe_study/runs]
+        [--out results/archive/pe_study]
+        [--tuning results/archive/pe_tuning/tuning.json ...]
+    python scripts/study.py tune [--stores S ...] [--out results/archive/pe_tuning]
         [--plan | --launch [--launcher basic|submitit_local|slurm] [--jobs N]]
         [--condition all | --experiment E [--root outputs/tuning]] [--variants V ...]
         [--rates 0.25 0.5 1 2] [--seeds 1 2] [-- hydra overrides of every run]
     python scripts/study.py choose --setting KEY --rate R --tunings T T [...] [--out FOLDER]
-    python scripts/study.py plateau --runs RUN [RUN ...] [--out results/pe_plateau]
+    python scripts/study.py plateau --runs RUN [RUN ...] [--out results/archive/pe_plateau]
         [--threshold 0.02]
-    python scripts/study.py pictures --runs RUN [RUN ...] [--out results/pe_pictures]
+    python scripts/study.py pictures --runs RUN [RUN ...] [--out results/archive/pe_pictures]
         [--split test] [--positions 64] [--data-path FOLDER] [--keep]
     python scripts/study.py reproduce --record RECORD --run RUN
 
@@ -115,7 +117,8 @@ def add_run(commands) -> None:
         "--records",
         type=records_folder,
         default=RECORDS,
-        help="record store: runs recorded there are skipped (default: results/pe_study/runs; none)",
+        help="record store: runs recorded there are skipped (default: "
+        "results/archive/pe_study/runs; none)",
     )
     run.add_argument(
         "--tuning",
@@ -133,7 +136,9 @@ def add_report(commands) -> None:
     report.add_argument(
         "--root", type=Path, default=RECORDS, help="runs folder (default: the record store)"
     )
-    report.add_argument("--out", type=Path, default=Path("results/pe_study"), help="report folder")
+    report.add_argument(
+        "--out", type=Path, default=Path("results/archive/pe_study"), help="report folder"
+    )
     report.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (0: off)")
     report.add_argument(
         "--tuning",
@@ -151,9 +156,12 @@ def add_tune(commands) -> None:
         type=Path,
         nargs="+",
         help="record stores or run roots holding <folder>/<variant>/seed-<s> (default: "
-        "results/pe_study/runs and results/pe_study_lr*/runs; with --experiment <root>/lr*)",
+        "results/archive/pe_study/runs and results/archive/pe_study_lr*/runs; with --experiment "
+        "<root>/lr*)",
     )
-    tune.add_argument("--out", type=Path, default=Path("results/pe_tuning"), help="report folder")
+    tune.add_argument(
+        "--out", type=Path, default=Path("results/archive/pe_tuning"), help="report folder"
+    )
     mode = tune.add_mutually_exclusive_group()
     mode.add_argument("--plan", action="store_true", help="print the missing runs; write nothing")
     mode.add_argument(
@@ -200,7 +208,7 @@ def add_plateau(commands) -> None:
     """The command line of `plateau`."""
     plateau = commands.add_parser("plateau", help="the step budget at the dev PPL plateau")
     plateau.add_argument("--runs", type=Path, nargs="+", required=True, help="run folders")
-    plateau.add_argument("--out", type=Path, default=Path("results/pe_plateau"))
+    plateau.add_argument("--out", type=Path, default=Path("results/archive/pe_plateau"))
     plateau.add_argument(
         "--threshold", type=float, default=0.02, help="relative improvement (default 0.02)"
     )
@@ -210,7 +218,7 @@ def add_pictures(commands) -> None:
     """The command line of `pictures`."""
     draw = commands.add_parser("pictures", help="position similarity and attention distances")
     draw.add_argument("--runs", type=Path, nargs="+", required=True, help="training run folders")
-    draw.add_argument("--out", type=Path, default=Path("results/pe_pictures"))
+    draw.add_argument("--out", type=Path, default=Path("results/archive/pe_pictures"))
     draw.add_argument("--split", default="test", help="the split measured (default: test)")
     draw.add_argument("--positions", type=int, default=64, help="positions in the similarity")
     draw.add_argument("--data-path", help="the corpus folder, if it moved since training")

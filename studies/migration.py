@@ -1,7 +1,7 @@
 """The German study's old record stores, copied into its declared study's store (schema 1).
 
 The German study (configs/study/pe_multi30k.yaml) was trained by `scripts/study.py` into a
-history of stores, ``results/<store>/runs/<condition>/<variant>/seed-<s>/`` (results/pe_plateau:
+history of stores, ``results/<store>/runs/<condition>/<variant>/seed-<s>/`` (its plateau runs:
 ``runs/<variant>-lr<rate>-seed<s>/``), one per rate and budget. `migrate` reads each finished
 run's point (condition, variant, rate, seed, budget, SHAPE's K) from its own .hydra/config.yaml,
 metrics.json and study.json, checks what its folder's name says against it, gives it its stages

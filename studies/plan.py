@@ -58,7 +58,7 @@ BUCKET_WIDTH = 5
 BUCKET_KEYS = ("bucket", "low", "high", "beyond", "n", "bleu", "bp", "length_ratio")
 STUDY_FILE = "study.json"
 # The committed store of scored runs (the report's default input) and what a record keeps of a run
-RECORDS = ROOT / "results" / "pe_study" / "runs"
+RECORDS = ROOT / "results" / "archive" / "pe_study" / "runs"
 RECORD_FILES = (
     ".hydra/config.yaml",
     "metrics.json",

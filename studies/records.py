@@ -2,7 +2,7 @@
 
 A scored run's record (what the report reads: its config, metrics, data.json, study.json,
 segments.json, the Table 3 evaluation with its translations, train.log and tensorboard events;
-no checkpoints) is kept in ``results/pe_study/runs/<condition>/<variant>/seed-<s>/``: a run
+no checkpoints) is kept in ``results/archive/pe_study/runs/<condition>/<variant>/seed-<s>/``: a run
 recorded there is not trained again, and a record whose training config differs from the one the
 study would train now is refused, each setting named, rather than mixed in.
 """

@@ -259,7 +259,14 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     ]
     if reused:
         lines += ["Deviation: " + "; ".join(reused) + " (declared, not tuned).", ""]
+    waiting = sorted(
+        {f"{p.condition}/{p.variant}" for p in recorded_final_points(run)}
+        - {f"{f.point.condition}/{f.point.variant}" for f in decided["finals"]}
+    )
     lines += ["## The answer", ""]
+    if waiting:
+        lines += [f"Finals recorded but not in this answer until the check decides their rate: "
+                  f"{', '.join(waiting)}.", ""]  # fmt: skip
     if decided["finals"]:
         checkpoints = [
             c for _, c in wanted_evaluations(study)[: 1 + bool(study.final.average_last)]
@@ -278,6 +285,11 @@ STAGES = {  # what each stage's folder holds (docs/declare-a-study.md)
     "final": "each variant at its chosen rate, every final seed, scored on the test sets",
     "extend": "finals trained on past the final budget (the schedule ignores max_steps)",
 }
+
+
+def recorded_final_points(run: StudyRun) -> list[Record]:
+    """Every final record the store keeps, decided or not."""
+    return [r for r in run.records() if r.stage == "final"]
 
 
 def runs_json(run: StudyRun) -> list[dict]:

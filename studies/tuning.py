@@ -135,7 +135,7 @@ def rate_text(rate: float) -> str:
 
 
 def rate_tag(rate: float) -> str:
-    """A rate in a folder name: 0.25 -> 025, 2.0 -> 2 (results/pe_study_lr025)."""
+    """A rate in a folder name: 0.25 -> 025, 2.0 -> 2 (results/archive/pe_study_lr025)."""
     return f"{float(rate):g}".replace(".", "")
 
 
@@ -396,8 +396,8 @@ def study_store(
 ) -> tuple[str, str]:
     """(--root, --records) of the study's runs of variants at a rate: the store that holds runs
     at that rate and none of these variants at another (a store holds a variant at one rate),
-    else results/pe_study_lr<rate><budget>/runs (results/pe_study<budget>/runs at 1.0; budget:
-    budget_tag's '_<N>steps' or '')."""
+    else results/archive/pe_study_lr<rate><budget>/runs (results/archive/pe_study<budget>/runs at
+    1.0; budget: budget_tag's '_<N>steps' or '')."""
     root = ("outputs/study" if rate == 1.0 else f"outputs/study_lr{rate_tag(rate)}") + budget
     for store in stores:
         held = [r for r in runs if Path(store) in r.path.parents]
@@ -407,7 +407,7 @@ def study_store(
     if rate == 1.0 and not budget:
         return root, str(RECORDS.relative_to(ROOT))
     name = "pe_study" if rate == 1.0 else f"pe_study_lr{rate_tag(rate)}"
-    return root, f"results/{name}{budget}/runs"
+    return root, f"results/archive/{name}{budget}/runs"
 
 
 def plan_commands(
@@ -440,10 +440,10 @@ def plan_commands(
 
 
 def default_stores(protocol: Protocol) -> list[Path]:
-    """The study's record stores (results/pe_study/runs, results/pe_study_lr*/runs), or an
-    experiment's <root>/lr*: those that exist."""
+    """The study's record stores (results/archive/pe_study/runs, results/archive/pe_study_lr*/runs),
+    or an experiment's <root>/lr*: those that exist."""
     if protocol.experiment is None:
-        found = [RECORDS, *sorted((ROOT / "results").glob("pe_study_lr*/runs"))]
+        found = [RECORDS, *sorted((ROOT / "results" / "archive").glob("pe_study_lr*/runs"))]
     else:
         found = sorted(Path(protocol.root).glob("lr*"))
     return [p for p in found if p.is_dir()]

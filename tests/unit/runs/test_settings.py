@@ -77,7 +77,7 @@ def test_the_allowed_keys_exist_in_the_configs():
 def test_multi30k_at_another_location_keeps_the_math_another_corpus_does_not():
     """A record trained on the text folder (../shared/data/multi30k, load_text_pairs) against
     today's hub default: the location is allowed; other data, and settings, are still refused."""
-    record = ROOT / "results" / "pe_study" / "runs" / "all" / "sinusoidal" / "seed-1"
+    record = ROOT / "results" / "archive" / "pe_study" / "runs" / "all" / "sinusoidal" / "seed-1"
     stored = OmegaConf.to_container(OmegaConf.load(record / ".hydra" / "config.yaml"))
     assert stored["data"]["corpus"]["_target_"] == "data.corpus.load_text_pairs"
     for data_path in ("bentrevett/multi30k", "../shared/data/multi30k_hub_layout"):

@@ -13,7 +13,9 @@ from studies.choice import choose_setting
 from studies.tuning import Protocol, TuningError, tune
 from tests.conftest import ROOT, script_main
 
-RECORDS = ROOT / "results" / "pe_study" / "runs" / "all" / "sinusoidal_shape"  # K 100, x1
+RECORDS = (
+    ROOT / "results" / "archive" / "pe_study" / "runs" / "all" / "sinusoidal_shape"
+)  # K 100, x1
 KEY = "position.max_shift"
 
 

@@ -19,7 +19,7 @@ from studies.records import (
 )
 from tests.conftest import ROOT
 
-STORES = sorted((ROOT / "results").glob("pe_study*/runs"))
+STORES = sorted((ROOT / "results" / "archive").glob("pe_study*/runs"))
 
 
 def test_every_committed_record_reads_and_writes_back_unchanged(tmp_path):
@@ -44,11 +44,11 @@ def test_every_committed_record_reads_and_writes_back_unchanged(tmp_path):
 
 
 def test_the_store_s_records_are_its_scored_runs():
-    records, unscored = scored_runs(ROOT / "results" / "pe_study" / "runs")
+    records, unscored = scored_runs(ROOT / "results" / "archive" / "pe_study" / "runs")
     assert len(records) == 76 and unscored == []
     first = records[0]
     assert (first.condition, first.variant, first.seed) == ("all", "alibi", 1)
-    assert first.run_dir.endswith("results/pe_study/runs/all/alibi/seed-1")
+    assert first.run_dir.endswith("results/archive/pe_study/runs/all/alibi/seed-1")
     assert first.test.eval == "test-last-beam4" and first.test.n_sentences == 1000
 
 
@@ -98,7 +98,7 @@ def composes_to_its_config(record: StudyRecord, multi30k: bool) -> None:
 def test_each_committed_record_s_retrain_command_composes_to_its_config():
     """Old records (the data files of an earlier config, settings since added) and new ones
     (a tuned rate and the final budget): the command names what differs from today's configs."""
-    final = scored_runs(ROOT / "results" / "pe_study_final" / "runs")[0]
+    final = scored_runs(ROOT / "results" / "archive" / "pe_study_final" / "runs")[0]
     study = scored_runs(RECORDS)[0]
     assert final and {r.condition for r in study} == {"all", "short", "joined"}
     for record in [*final, *study[::7]]:

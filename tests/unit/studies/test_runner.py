@@ -30,7 +30,7 @@ def test_an_unknown_key_is_refused_for_any_variant():
 
 def shape_grid(*overrides: str) -> TunedRates:
     """A SHAPE grid's tuning as `run --tuning` reads it (its choices play no part here)."""
-    path = (Path("results/pe_shape_tuning/tuning.json"),)
+    path = (Path("results/archive/pe_shape_tuning/tuning.json"),)
     return TunedRates(path, "pe_study_multi30k", overrides, (2000,), {})
 
 

@@ -37,8 +37,8 @@ from studies.tuning import (
 from tests.conftest import ROOT, script_main
 from training.step import DivergenceError
 
-STORE = ROOT / "results" / "pe_study" / "runs"  # optim.lr_scale 1.0
-STORE_05 = ROOT / "results" / "pe_study_lr05" / "runs"  # optim.lr_scale 0.5
+STORE = ROOT / "results" / "archive" / "pe_study" / "runs"  # optim.lr_scale 1.0
+STORE_05 = ROOT / "results" / "archive" / "pe_study_lr05" / "runs"  # optim.lr_scale 0.5
 RECORD = STORE / "all" / "sinusoidal"
 
 
@@ -109,7 +109,9 @@ def test_the_committed_stores_choose_the_lowest_mean_and_step_past_an_edge(tmp_p
         edges.add(edge)
         command = next(c for c in result["commands"] if f"optim.lr_scale={beyond!r}" in c)
         assert f"--variants {variant}" in command and "--seeds 1 2" in command
-        assert f"--records results/pe_study_lr{f'{beyond:g}'.replace('.', '')}/runs" in command
+        assert (
+            f"--records results/archive/pe_study_lr{f'{beyond:g}'.replace('.', '')}/runs" in command
+        )
         assert {
             (m["variant"], m["lr_scale"]) for m in result["missing"] if m["variant"] == variant
         } == {(variant, beyond)}
@@ -395,13 +397,13 @@ def test_plateau_on_a_committed_record(tmp_path):
 
 def test_plan_commands_name_stores_inside_the_checkout_relative_to_it(tmp_path):
     """The plan's commands run from the checkout: a store inside it is named relative to it."""
-    assert in_checkout(STORE_05) == "results/pe_study_lr05/runs"
+    assert in_checkout(STORE_05) == "results/archive/pe_study_lr05/runs"
     assert in_checkout(tmp_path / "store") == str(tmp_path / "store")
     stores = [STORE, STORE_05]
-    assert study_store(1.0, [], stores) == ("outputs/study", "results/pe_study/runs")
+    assert study_store(1.0, [], stores) == ("outputs/study", "results/archive/pe_study/runs")
     assert study_store(2.0, [], stores, "_8000steps") == (  # a check at another budget
         "outputs/study_lr2_8000steps",
-        "results/pe_study_lr2_8000steps/runs",
+        "results/archive/pe_study_lr2_8000steps/runs",
     )
     a, b = tmp_path / "a", tmp_path / "b"  # a: sinusoidal x0.5, learned x1; b: sinusoidal x1
     held = [(a, "sinusoidal", 0.5), (a, "learned", 1.0), (b, "sinusoidal", 1.0)]
@@ -416,7 +418,7 @@ def test_a_grid_at_its_own_position_settings_is_read_apart_by_the_report():
     """The study's committed tuning files as the report reads them: SHAPE's grid at its K (a
     position.* setting the other variants lack) beside the others', each variant's choice from
     its own grid, row (E)'s from the check at the final budget; one variant at two Ks refused."""
-    tuning = ROOT / "results"
+    tuning = ROOT / "results" / "archive"
     files = [tuning / f"{name}/tuning.json" for name in ("pe_tuning", "pe_tuning_final")]
     shape = tuning / "pe_shape_tuning" / "tuning.json"
     choices = read_choices([*files, shape])
