@@ -635,7 +635,7 @@ CASES = {
     "nan lenpen": (
         "evaluate",
         lambda r: [f"run_dir={r / 'run'}", "lenpen=nan"],
-        ["lenpen=nan", "from 0 to 10"],
+        ["lenpen=nan", "pass a finite number"],
     ),
     "max_len_b far too large": (
         "evaluate",
