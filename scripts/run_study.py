@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = write_study_report(run, decided, committed_in(study_path(args.study)))
     print(f"study {study.name}: written {out}/README.md, runs.json")
+    if run.failed:
+        print(f"study {study.name}: {len(run.failed)} runs failed; the same command trains them "
+              f"again once fixed (logs: {', '.join(run.failed)})")  # fmt: skip
+        return 1
     return 0
 
 

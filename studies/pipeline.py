@@ -67,6 +67,7 @@ class StudyRun:
     dry_run: bool = False
     echo: Callable[[str], None] = print
     planned: list[Point] = field(default_factory=list)  # what the dry run would train
+    failed: list[str] = field(default_factory=list)  # the logs of trainings that failed
     _texts: dict = field(default_factory=dict)
     _saying: threading.Lock = field(default_factory=threading.Lock)
 
@@ -185,6 +186,8 @@ def train_one(run: StudyRun, point: Point, number: str) -> None:
         status = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
     minutes = (time.monotonic() - started) / 60
     what = "done" if status == 0 else f"failed (exit status {status}; see its log)"
+    if status != 0 and not diverged_in_log(work_dir(run.work, run.study, point) / "train.log"):
+        run.failed.append(str(log))  # a diverged run is a result (infinite dev PPL), not this
     run.say(f"study: [{number}] {point.label}: {what} in {minutes:.1f} min")
     run.recorded(point)  # kept at once: a kill later loses none of it
 
