@@ -1,6 +1,6 @@
 """Run a declared study end to end: settings -> grid -> check -> finals -> report.
 
-    python scripts/run_study.py <name | path.yaml> [--dry-run | --report] [--jobs N]
+    python scripts/run_study.py <name | path.yaml> [--dry-run | --report] [--jobs N] [--until S]
         [--launcher basic|submitit_local|slurm] [--work outputs/studies] [--results results]
         [-- overrides of every run (data.path=<folder>) and of the launcher (hydra.launcher.x=)]
 
@@ -24,6 +24,7 @@ from studies.pipeline import Launch, StudyRun
 from studies.plan import LAUNCHERS, ROOT
 from studies.protocol import load_study, study_path
 from studies.stages import planned_estimate, run_stages, write_study_report
+from studies.store import STAGES
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -37,6 +38,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--report", action="store_true", help="write the report from the records; train nothing"
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
+    parser.add_argument(
+        "--until", choices=STAGES, default=STAGES[-1],
+        help="the last stage that trains; the later ones are reported from their records",
+    )  # fmt: skip
     parser.add_argument("--launcher", choices=LAUNCHERS, default="basic", help="Hydra launcher")
     parser.add_argument("--work", type=Path, default=Path("outputs/studies"), help="run folders")
     parser.add_argument("--results", type=Path, default=Path("results"), help="record stores")
@@ -68,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     hydra = tuple(o for o in args.overrides if o.startswith("hydra."))
     runs = tuple(o for o in args.overrides if not o.startswith("hydra."))
     launch = Launch(args.launcher, args.jobs, runs, hydra)
-    run = StudyRun(study, args.work, args.results, launch, dry_run=args.dry_run or args.report)
+    run = StudyRun(
+        study, args.work, args.results, launch, dry_run=args.dry_run or args.report,
+        until=args.until,
+    )  # fmt: skip
     decided = run_stages(run)
     if args.dry_run or args.report:
         print("\n".join(planned_estimate(run, decided["grid"], decided["check"])))

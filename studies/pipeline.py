@@ -32,6 +32,7 @@ from studies.protocol import StudySpec
 from studies.records import finished_metrics
 from studies.rules import Choice, DevResult
 from studies.store import (
+    STAGES,
     Point,
     Record,
     keep,
@@ -65,6 +66,7 @@ class StudyRun:
     results: Path
     launch: Launch = field(default_factory=Launch)
     dry_run: bool = False
+    until: str = STAGES[-1]  # the last stage that trains (the later ones only read records)
     echo: Callable[[str], None] = print
     planned: list[Point] = field(default_factory=list)  # what the dry run would train
     failed: list[str] = field(default_factory=list)  # the logs of trainings that failed
@@ -86,6 +88,10 @@ class StudyRun:
         """CPU-seconds a step: the median of the study's records, else its declared cost."""
         measured = [r.cpu_seconds / r.steps for r in self.records() if r.cpu_seconds > 0]
         return statistics.median(measured) if measured else self.study.cost.cpu_seconds_per_step
+
+    def trains(self, stage: str) -> bool:
+        """Whether this call trains (and scores) a stage's points."""
+        return not self.dry_run and STAGES.index(stage) <= STAGES.index(self.until)
 
     def words(self, point: Point) -> list[str]:
         """The train.py overrides of a point (without its run_dir)."""
@@ -141,7 +147,7 @@ class StudyRun:
         missing = [p for p in points if p not in have]
         if not missing:
             return have
-        if self.dry_run:
+        if not self.trains(missing[0].stage):
             self.planned += [p for p in missing if p not in self.planned]
             return have
         train_points(self, missing)

@@ -182,7 +182,7 @@ def score_finals(run: StudyRun, finals: dict[Point, Record]) -> dict[Point, Fina
     scored = {}
     for point in finals:
         folder = record_dir(run.results, run.study, point)
-        if run.dry_run and not is_scored(run.study, folder):
+        if not run.trains(point.stage) and not is_scored(run.study, folder):
             run.say(f"to score: {point.label}")
             continue
         where = work_dir(run.work, run.study, point)
@@ -201,7 +201,7 @@ def extend_stage(run: StudyRun, scored: dict[Point, FinalScores]) -> dict[Point,
     }
     for point, final in points.items():
         target = work_dir(run.work, run.study, point)
-        if not target.exists() and not run.dry_run:
+        if not target.exists() and run.trains(point.stage):
             shutil.copytree(
                 work_dir(run.work, run.study, final), target, ignore=shutil.ignore_patterns("eval")
             )
@@ -278,7 +278,7 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-STAGES = {  # what each stage's folder holds (docs/declare-a-study.md)
+STAGE_FOLDERS = {  # what each stage's folder holds (docs/declare-a-study.md)
     "settings": "a variant setting chosen on dev at the grid's budget (e.g. SHAPE's K)",
     "grid": "the learning-rate grid at the short budget; the lowest mean dev PPL wins",
     "check": "the grid's choice and its neighbours within the factor, at the final budget",
@@ -304,7 +304,7 @@ def write_study_report(run: StudyRun, decided: dict, committed: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "README.md", status_markdown(run, decided, committed))
     write_json(out / "runs.json", runs_json(run))
-    for stage, what in STAGES.items():
+    for stage, what in STAGE_FOLDERS.items():
         folder = out / stage
         if folder.is_dir():
             count = len(list(folder.glob("runs/**/record.json")))

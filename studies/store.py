@@ -28,6 +28,7 @@ from studies.plan import ROOT, StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec, run_overrides
 
 RECORD_FILE = "record.json"
+STAGES = ("settings", "grid", "check", "final", "extend")  # in the order a study runs them
 KEPT_FILES = (".hydra/config.yaml", "metrics.json", "data.json", "segments.json", "train.log")
 KEPT_FOLDERS = ("tensorboard",)
 # config keys that say where files were, not what was trained: blanked in a kept record
@@ -38,7 +39,7 @@ PATH_KEYS = ("run_dir", "cache_dir", "data.path", "data.corpus.path")
 class Point:
     """One training of a study: what it trains and at which budget."""
 
-    stage: str  # settings | grid | check | final | extend
+    stage: str  # one of STAGES
     condition: str
     variant: str
     lr_scale: float
