@@ -38,6 +38,7 @@ from studies.finals import (
 )
 from studies.plan import ROOT, STUDY_FILE, StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec, run_overrides, setting_key
+from studies.rules import choose_value
 from studies.store import (
     KEPT_FILES,
     KEPT_FOLDERS,
@@ -185,27 +186,24 @@ def read_old_run(
 def chosen_settings(runs: list[OldRun], study: StudySpec) -> dict[tuple[str, str], tuple]:
     """The settings stage's rule on the runs: the value of lowest mean dev PPL, once all ran."""
     chosen = {}
-    for condition in study.tuned_conditions():
-        for variant in study.condition_variants(condition):
-            spec = study.variants[variant].choose
-            if spec is None:
-                chosen[(condition, variant)] = ()
-                continue
-            means = {}
-            for value in spec.values:
-                tag = (f"{spec.key}={value}",)
-                ppl = {
-                    r.seed: r.dev_ppl
-                    for r in runs
-                    if (r.condition, r.variant, r.settings, r.steps) == (condition, variant, tag,
-                                                                         study.grid.steps)
-                    and r.lr_scale == spec.rate and r.seed in study.grid.seeds
-                }  # fmt: skip
-                if set(study.grid.seeds) <= set(ppl):
-                    means[value] = sum(ppl.values()) / len(ppl)
-            if len(means) == len(spec.values):
-                best = min(spec.values, key=lambda v: means[v])
-                chosen[(condition, variant)] = (f"{spec.key}={best}",)
+    for condition, variant in study.tuned_pairs():
+        spec = study.variants[variant].choose
+        if spec is None:
+            chosen[(condition, variant)] = ()
+            continue
+        means = {}
+        for value in spec.values:
+            point = (condition, variant, (f"{spec.key}={value}",), study.grid.steps, spec.rate)
+            ppl = {
+                r.seed: r.dev_ppl
+                for r in runs
+                if (r.condition, r.variant, r.settings, r.steps, r.lr_scale) == point
+                and r.seed in study.grid.seeds
+            }
+            if set(study.grid.seeds) <= set(ppl):
+                means[value] = sum(ppl.values()) / len(ppl)
+        if (best := choose_value(spec.values, means)) is not None:
+            chosen[(condition, variant)] = (f"{spec.key}={best}",)
     return chosen
 
 

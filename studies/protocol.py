@@ -169,6 +169,10 @@ class StudySpec:
             count = self.final.seeds_by_variant.get(variant, self.final.seeds)
         return list(range(1, count + 1))
 
+    def tuned_pairs(self) -> list[tuple[str, str]]:
+        """Every (condition, variant) whose rate the grid and the check choose."""
+        return [(c, v) for c in self.tuned_conditions() for v in self.condition_variants(c)]
+
     def tuned_conditions(self) -> list[str]:
         """The conditions whose rates the grid and the check choose."""
         return [c for c, spec in self.conditions.items() if spec.rates_from is None]

@@ -126,3 +126,11 @@ def check_rule(
         if not beyond:
             return Choice(best, _listed(means, required), required, True)
         candidates.update(beyond)
+
+
+def choose_value(values: Sequence[str], means: dict[str, float]) -> str | None:
+    """The settings rule: the value of lowest mean dev PPL (ties: the first declared), once
+    every value has its mean; None before."""
+    if any(v not in means for v in values):
+        return None
+    return min(values, key=lambda v: means[v])

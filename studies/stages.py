@@ -16,7 +16,7 @@ from common.files import write_json, write_text
 from studies.answer import Final, answer, answer_markdown
 from studies.finals import FinalScores, is_scored, score_final, wanted_evaluations
 from studies.pipeline import StudyRun, choice_line, dev_results
-from studies.rules import Choice, check_candidates, check_rule, choose_on_grid
+from studies.rules import Choice, check_candidates, check_rule, choose_on_grid, choose_value
 from studies.store import Point, Record, record_dir, work_dir
 
 Key = tuple[str, str]  # (condition, variant)
@@ -45,37 +45,35 @@ def settle(
 def settings_stage(run: StudyRun) -> dict[Key, tuple[str, ...]]:
     """Each tuned pair's chosen settings: () without a `choose`; left out until chosen."""
     study, chosen = run.study, {}
-    for condition in study.tuned_conditions():
-        for variant in study.condition_variants(condition):
-            spec = study.variants[variant].choose
-            if spec is None:
-                chosen[(condition, variant)] = ()
-                continue
-            points = {
-                value: [
-                    Point(
-                        "settings",
-                        condition,
-                        variant,
-                        spec.rate,
-                        seed,
-                        study.grid.steps,
-                        (f"{spec.key}={value}",),
-                    )
-                    for seed in study.grid.seeds
-                ]  # fmt: skip
-                for value in spec.values
-            }
-            records = run.ensure([p for ps in points.values() for p in ps])
-            means = {
-                value: sum(r.dev_ppl or float("inf") for r in rs) / len(rs)
-                for value, ps in points.items()
-                if len(rs := [records[p] for p in ps if p in records]) == len(ps)
-            }
-            if len(means) == len(points):
-                best = min(spec.values, key=lambda v: means[v])  # ties: the first declared
-                chosen[(condition, variant)] = (f"{spec.key}={best}",)
-                run.echo(f"study: settings {condition}/{variant}: {spec.key}={best}")
+    for condition, variant in study.tuned_pairs():
+        spec = study.variants[variant].choose
+        if spec is None:
+            chosen[(condition, variant)] = ()
+            continue
+        points = {
+            value: [
+                Point(
+                    "settings",
+                    condition,
+                    variant,
+                    spec.rate,
+                    seed,
+                    study.grid.steps,
+                    (f"{spec.key}={value}",),
+                )
+                for seed in study.grid.seeds
+            ]  # fmt: skip
+            for value in spec.values
+        }
+        records = run.ensure([p for ps in points.values() for p in ps])
+        means = {
+            value: sum(r.dev_ppl or float("inf") for r in rs) / len(rs)
+            for value, ps in points.items()
+            if len(rs := [records[p] for p in ps if p in records]) == len(ps)
+        }
+        if (best := choose_value(spec.values, means)) is not None:
+            chosen[(condition, variant)] = (f"{spec.key}={best}",)
+            run.say(f"study: settings {condition}/{variant}: {spec.key}={best}")
     return chosen
 
 

@@ -2,7 +2,7 @@
 
 import math
 
-from studies.rules import DevResult, check_candidates, check_rule, choose_on_grid
+from studies.rules import DevResult, check_candidates, check_rule, choose_on_grid, choose_value
 
 SEEDS = (1, 2)
 
@@ -71,3 +71,9 @@ def test_a_neighbour_winning_with_no_further_candidate_is_final():
     assert not check.complete and check.required == (0.25, 0.5, 1.0, 2.0)
     done = check_rule(grid, rows({**at_final, 2.0: (6.4, 6.5)}), 2.0, SEEDS)
     assert done.complete and done.rate == 1.0
+
+
+def test_a_setting_is_chosen_once_every_value_has_its_mean():
+    assert choose_value(["10", "25", "100"], {"10": 11.8, "25": 12.6}) is None
+    assert choose_value(["10", "25", "100"], {"10": 11.8, "25": 12.6, "100": 11.7}) == "100"
+    assert choose_value(["25", "10"], {"10": 11.8, "25": 11.8}) == "25"  # ties: the first declared
