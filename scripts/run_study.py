@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 from common.errors import report_user_errors
 from studies.pipeline import Launch, StudyRun
 from studies.plan import LAUNCHERS, ROOT
-from studies.protocol import load_study, study_path
+from studies.protocol import check_run_overrides, load_study, study_path
 from studies.stages import planned_estimate, run_stages, write_study_report
 from studies.store import STAGES
 
@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     study = load_study(args.study)
     hydra = tuple(o for o in args.overrides if o.startswith("hydra."))
     runs = tuple(o for o in args.overrides if not o.startswith("hydra."))
+    check_run_overrides(study, runs)  # a typo is one line now, not N failed launches later
     launch = Launch(args.launcher, args.jobs, runs, hydra)
     run = StudyRun(
         study, args.work, args.results, launch, dry_run=args.dry_run or args.report,

@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -376,3 +377,19 @@ def schema_markdown() -> str:
             lines.append(f"| `{spec.name}` | {kind} | {_default_text(spec)} | {meaning} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def check_run_overrides(study: StudySpec, overrides: Sequence[str]) -> None:
+    """Refuse, before anything trains, command-line overrides of every run that set a key the
+    study sets itself or that do not compose with the study (a typo'd key, a missing group)."""
+    where = Path("the command line (after --)")
+    check_overrides(where, "overrides", list(overrides))
+    for condition in study.conditions:
+        for variant in study.condition_variants(condition):
+            try:
+                compose_config([*run_overrides(study, condition, variant), *overrides, "run_dir=."])
+            except (HydraException, OmegaConfBaseException) as e:
+                raise StudyConfigError(
+                    f"{' '.join(overrides)}: does not compose with study {study.name} "
+                    f"({first_line(e)}): fix the overrides after --"
+                ) from e

@@ -5,7 +5,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from studies.protocol import STUDY_DIR, StudyConfigError, load_study, schema_markdown
+from studies.protocol import (
+    STUDY_DIR,
+    StudyConfigError,
+    check_run_overrides,
+    load_study,
+    schema_markdown,
+)
 from tests.conftest import ROOT
 
 STUDIES = sorted(STUDY_DIR.glob("*.yaml"))
@@ -78,3 +84,14 @@ def test_the_schema_reference_is_generated_from_the_schema():
     assert written == schema_markdown(), "run: python scripts/study_schema.py"
     for key in ("within", "rates_from", "edge_steps", "equivalence_margin"):
         assert f"`{key}`" in written
+
+
+@pytest.mark.parametrize(
+    "overrides, named",
+    [(["data.pth=x"], "data.pth=x: does not compose"), (["seed=3"], "seed is set by the study")],
+)
+def test_overrides_of_every_run_are_checked_before_anything_trains(overrides, named):
+    study = load_study("pe_multi30k_fr")
+    with pytest.raises(StudyConfigError, match=named):
+        check_run_overrides(study, overrides)
+    check_run_overrides(study, ["data.path=/some/folder", "trainer.num_threads=1"])
