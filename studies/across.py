@@ -26,6 +26,7 @@ class Pooled:
     """One difference across studies: each study's, their sign agreement, the pool."""
 
     condition: str
+    steps: int
     baseline: str
     variant: str
     by_study: dict[str, Difference]
@@ -81,7 +82,45 @@ def across(answers: dict[str, Sequence[Difference]], checkpoint: str = "last") -
         family = [r for r in rows if r[0][2] == baseline]
         adjusted = holm([r[3][3] for r in family])
         out += [
-            Pooled(key[0], key[2], key[3], by_study, signs, *pooled, p_holm)
+            Pooled(key[0], key[1], key[2], key[3], by_study, signs, *pooled, p_holm)
             for (key, by_study, signs, pooled), p_holm in zip(family, adjusted, strict=True)
         ]
     return out
+
+
+POOL_NOTE = (
+    "Pooled: a fixed-effect inverse-variance mean of the studies' paired differences (it assumes "
+    "one common difference; the signs and per-study intervals show whether that holds); the "
+    "pooled comparisons of one baseline are one Holm family."
+)
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:+.{digits}f}"
+
+
+def across_markdown(pooled: Sequence[Pooled], names: Sequence[str]) -> list[str]:
+    """The table across studies: each study's difference, sign agreement, the pool, Holm p."""
+    head = " | ".join(f"{n}: Δ [95% CI] (Holm p)" for n in names)
+    lines = [
+        f"| condition | steps | variant − baseline | {head} | signs agree | pooled Δ [95% CI] | "
+        "pooled p | pooled Holm p |",
+        "|---" * (7 + len(names)) + "|",
+    ]
+    for p in pooled:
+        per = " | ".join(
+            f"{_cell(d.difference)} [{_cell(d.low)}, {_cell(d.high)}] "
+            f"({'–' if d.p_holm is None else f'{d.p_holm:.3f}'})"
+            for d in (p.by_study[n] for n in names)
+        )
+        agree = "–" if p.signs_agree is None else "yes" if p.signs_agree else "no"
+        lines.append(
+            f"| {p.condition} | {p.steps:,} | {p.variant} − {p.baseline} | {per} | {agree} | "
+            f"{_cell(p.difference)} [{_cell(p.low)}, {_cell(p.high)}] | "
+            f"{'–' if p.p is None else f'{p.p:.3f}'} | "
+            f"{'–' if p.p_holm is None else f'{p.p_holm:.3f}'}{' **held**' if p.shown else ''} |"
+        )
+    if not pooled:
+        lines.append("| no difference is in every study's answer yet |" + " |" * (6 + len(names)))
+    lines += ["", POOL_NOTE]
+    return lines

@@ -16,6 +16,7 @@ from common.files import write_json, write_text
 from studies.answer import Final, answer, answer_markdown
 from studies.finals import FinalScores, is_scored, score_final, wanted_evaluations
 from studies.pipeline import StudyRun, choice_line, dev_results
+from studies.protocol import StudySpec
 from studies.rules import Choice, check_candidates, check_rule, choose_on_grid, choose_value
 from studies.store import Point, Record, record_dir, work_dir
 
@@ -223,6 +224,11 @@ def run_stages(run: StudyRun) -> dict:
     return {"settings": settings, "grid": grid, "check": check, "finals": kept}
 
 
+def answer_checkpoints(study: StudySpec) -> list[str]:
+    """The checkpoints an answer compares: the last, then the average where declared."""
+    return [c for _, c in wanted_evaluations(study)[: 1 + bool(study.final.average_last)]]
+
+
 def spent_hours(records: Sequence[Record]) -> float:
     """CPU-hours the records' trainings took, each training once (a check run that is also a
     final is one training)."""
@@ -266,9 +272,7 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         lines += [f"Finals recorded but not in this answer until the check decides their rate: "
                   f"{', '.join(waiting)}.", ""]  # fmt: skip
     if decided["finals"]:
-        checkpoints = [
-            c for _, c in wanted_evaluations(study)[: 1 + bool(study.final.average_last)]
-        ]
+        checkpoints = answer_checkpoints(study)
         result = answer(study, decided["finals"], checkpoints)
         lines += answer_markdown(result, checkpoints, study.statistics.equivalence_margin)
     else:

@@ -5,7 +5,7 @@ import math
 import pytest
 from scipy import stats
 
-from studies.across import across
+from studies.across import across, across_markdown
 from studies.answer import Difference
 
 
@@ -47,3 +47,15 @@ def test_a_difference_one_study_lacks_is_not_pooled():
     german = [diff("rope", "sinusoidal", 1.0, 0.5), diff("t5", "sinusoidal", 1.0, 0.5)]
     french = [diff("rope", "sinusoidal", 2.0, 1.0)]
     assert [p.variant for p in across({"de": german, "fr": french})] == ["rope"]
+
+
+def test_the_table_has_a_column_per_study_and_marks_what_holds():
+    german = [diff("rope", "sinusoidal", 1.0, 0.2)]
+    french = [diff("rope", "sinusoidal", 1.2, 0.2)]
+    lines = across_markdown(across({"de": german, "fr": french}), ["de", "fr"])
+    widths = {line.count("|") for line in lines[:3]}
+    assert widths == {10}  # condition, steps, difference, 2 studies, signs, pool, p, Holm p
+    assert "| all | 8,000 | rope − sinusoidal | +1.00 [+0.80, +1.20] (0.020) |" in lines[2]
+    assert "| yes |" in lines[2] and "**held**" in lines[2]
+    empty = across_markdown([], ["de", "fr"])
+    assert empty[2].count("|") == 10

@@ -1,0 +1,72 @@
+"""Compare declared studies (language pairs): each difference in each, and pooled across them.
+
+    python scripts/across_studies.py <study> <study> [...] [--data <study>=<folder> ...]
+        [--results results] [--out <results>/<study>+<study>]
+
+Each study's answer is read from its records as `run_study.py <study> --report` reads it (nothing
+trains); the differences every study has are set side by side with their sign agreement and a
+fixed-effect inverse-variance pool (studies/across.py), written to <out>/README.md and
+across.json. --data gives a study's data.path (its records are checked against that data).
+"""
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
+
+from common.errors import report_user_errors
+from common.files import write_json, write_text
+from studies.across import across, across_markdown
+from studies.answer import answer
+from studies.pipeline import Launch, StudyRun
+from studies.plan import StudyError
+from studies.protocol import check_run_overrides, load_study
+from studies.stages import run_stages
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("studies", nargs="+", help="configs/study/<name>.yaml by name")
+    parser.add_argument("--data", action="append", default=[], help="<study>=<data folder>")
+    parser.add_argument("--results", type=Path, default=Path("results"), help="record stores")
+    parser.add_argument("--out", type=Path, help="report folder (default <results>/<a>+<b>)")
+    args = parser.parse_args(argv)
+    if len(set(args.studies)) < 2:
+        parser.error("pass two or more different studies")
+    return args
+
+
+def study_differences(name: str, data: dict[str, str], results: Path) -> list:
+    """A study's differences (last checkpoint), read from its records."""
+    study = load_study(name)
+    overrides = (f"data.path={Path(data[name]).resolve()}",) if name in data else ()
+    check_run_overrides(study, overrides)
+    run = StudyRun(study, Path("outputs/studies"), results, Launch(overrides=overrides), True)
+    return answer(study, run_stages(run)["finals"], ["last"])["differences"]
+
+
+@report_user_errors
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
+    args = parse(argv)
+    data = dict(item.split("=", 1) for item in args.data if "=" in item)
+    unknown = set(data) - set(args.studies)
+    if unknown or len(data) != len(args.data):
+        raise StudyError(f"--data {' '.join(args.data)}: pass <study>=<folder> for these studies")
+    diffs = {name: study_differences(name, data, args.results) for name in args.studies}
+    pooled = across(diffs)
+    out = args.out or args.results / "+".join(args.studies)
+    title = f"# Across studies: {', '.join(args.studies)}"
+    write_text(
+        out / "README.md", "\n".join([title, "", *across_markdown(pooled, args.studies)]) + "\n"
+    )
+    write_json(out / "across.json", [asdict(p) for p in pooled])
+    print(f"written: {out}/README.md, across.json ({len(pooled)} differences in every study)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
