@@ -145,7 +145,7 @@ def score_final(study: StudySpec, run: Path, folder: Path, work: Path, say) -> F
         (folder / "eval" / f"{name}.json").write_text(scrubbed(text, places), encoding="utf-8")
         weights = weights_sha256(load_run(run, checkpoint)[0])  # an average's too
         rows.append(split_score(result, split, checkpoint, hyp, weights))
-        say(f"study: scored {folder.name} {name}: sacreBLEU {rows[-1].bleu:.2f}")
+        say(f"study: scored {folder} {name}: sacreBLEU {rows[-1].bleu:.2f}")
     scores = FinalScores(SCHEMA_VERSION, study.search.beam, study.search.lenpen, rows)
     write_json(folder / SCORES_FILE, asdict(scores))
     return scores
