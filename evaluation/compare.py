@@ -436,9 +436,9 @@ def number(value: float | None, digits: int = 2, spread: float | None = None) ->
     return f"{value:.{digits}f}" + (f" ± {spread:.{digits}f}" if spread is not None else "")
 
 
-def p_text(value: float | None) -> str:
-    """A p-value with three digits, or an em dash."""
-    return "—" if value is None else f"{value:.3f}"
+def p_text(value: float | None, missing: str = "—") -> str:
+    """A p-value with three digits, or what stands for none (an em dash; n/a: no spread)."""
+    return missing if value is None else f"{value:.3f}"
 
 
 def signed(value: float | None) -> str:
@@ -484,7 +484,7 @@ def difference_lines(result: dict) -> list[str]:
             lines.append(
                 f"| {name} | paired bootstrap, {boot['resamples']} resamples "
                 f"| {signed(boot['difference'])} | [{signed(boot['low'])}, {signed(boot['high'])}] "
-                f"| {boot['p_value']:.3f} | {p_text(boot.get('p_holm'))} "
+                f"| {p_text(boot['p_value'], 'n/a')} | {p_text(boot.get('p_holm'), 'n/a')} "
                 f"| {boot['seeds'][0]} vs {boot['seeds'][1]} |"
             )
     return lines
@@ -541,6 +541,7 @@ def read_runs(
             "name one for all with --eval NAME"
         )
     check_poolable(runs)
+    check_distinct(runs)
     for run in runs:
         if run.stale:
             log.warning(
@@ -549,6 +550,20 @@ def read_runs(
                 "flagged in the table)"
             )
     return runs, used[0]
+
+
+def check_distinct(runs: list[Run]) -> None:
+    """CompareError where a variant holds a seed twice (one folder given twice, by a path and a
+    link, a copied folder, or a repeat): pooled, they would count as two seeds."""
+    seen: dict[tuple[str, int], Run] = {}
+    for run in runs:
+        other = seen.setdefault((run.variant, run.seed), run)
+        if other is not run:
+            same = "one folder" if other.path.resolve() == run.path.resolve() else "two folders"
+            raise CompareError(
+                f"{other.path} and {run.path} are both {run.variant} seed {run.seed} ({same}): "
+                "a seed counts once; pass one of them"
+            )
 
 
 def training_config(run: Run) -> dict | None:

@@ -294,10 +294,12 @@ def bleu_from_statistics(sums: np.ndarray) -> np.ndarray:
     )
 
 
-def bootstrap_p_value(diffs: np.ndarray, observed: float) -> float:
-    """sacreBLEU's two-sided paired-bootstrap p, (c + 1) / (n + 1), counting ties (>=, not >)."""
-    # c: the resamples whose centred |difference| is at least the observed |difference|; with
-    # > (sacreBLEU's), a difference of 0 everywhere counted none and got p = 1 / (n + 1)
+def bootstrap_p_value(diffs: np.ndarray, observed: float) -> float | None:
+    """sacreBLEU's two-sided paired-bootstrap p, (c + 1) / (n + 1), counting ties (>=, not >);
+    None (n/a) where the resamples do not vary: they say nothing of chance."""
+    if np.ptp(diffs) == 0:  # sacreBLEU's count would give p = 1 / (n + 1): "significant"
+        return None
+    # c: the resamples whose centred |difference| is at least the observed |difference|
     spread = np.abs(diffs) - np.abs(diffs).mean()
     return (int(np.sum(spread >= abs(observed))) + 1) / (len(diffs) + 1)
 

@@ -58,11 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         raise StudyError(f"--data {' '.join(args.data)}: pass <study>=<folder> for these studies")
     diffs = {name: study_differences(name, data, args.results) for name in args.studies}
     pooled = across(diffs)
+    margins = {load_study(name).statistics.equivalence_margin for name in args.studies}
+    if len(margins) > 1:
+        raise StudyError(f"the studies test equivalence at different margins ({sorted(margins)}): "
+                         "declare one statistics.equivalence_margin in each")  # fmt: skip
     out = args.out or args.results / "+".join(args.studies)
     title = f"# Across studies: {', '.join(args.studies)}"
-    write_text(
-        out / "README.md", "\n".join([title, "", *across_markdown(pooled, args.studies)]) + "\n"
-    )
+    table = across_markdown(pooled, args.studies, margins.pop())
+    write_text(out / "README.md", "\n".join([title, "", *table]) + "\n")
     write_json(out / "across.json", [asdict(p) for p in pooled])
     print(f"written: {out}/README.md, across.json ({len(pooled)} differences in every study)")
     return 0

@@ -17,8 +17,8 @@
     python scripts/study.py choose --setting KEY --rate R --tunings T T [...] [--out FOLDER]
     python scripts/study.py plateau --runs RUN [RUN ...] [--out results/archive/pe_plateau]
         [--threshold 0.02]
-    python scripts/study.py pictures --runs RUN [RUN ...] [--out results/archive/pe_pictures]
-        [--split test] [--positions 64] [--data-path FOLDER] [--keep]
+    python scripts/study.py pictures (--runs RUN [RUN ...] [--keep] | --keep)
+        [--out results/archive/pe_pictures] [--split test] [--positions 64] [--data-path FOLDER]
     python scripts/study.py reproduce --record RECORD --run RUN
 
 `run` trains each (condition, variant, seed) into <root>/<condition>/<variant>/seed-<s>/ through
@@ -85,6 +85,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.condition = ["all"]
     if args.command == "tune" and not args.launch and (args.launcher or args.jobs != 1):
         parser.error("tune: --launcher and --jobs go with --launch (train the missing points)")
+    if args.command == "pictures" and not (args.runs or args.keep):
+        parser.error("pictures: pass --runs, or --keep to redraw --out's pictures.json")
     if args.command == "tune" and args.rounds < 1:
         parser.error(f"tune: --rounds {args.rounds}: pass 1 or more")
     return args
@@ -217,7 +219,10 @@ def add_plateau(commands) -> None:
 def add_pictures(commands) -> None:
     """The command line of `pictures`."""
     draw = commands.add_parser("pictures", help="position similarity and attention distances")
-    draw.add_argument("--runs", type=Path, nargs="+", required=True, help="training run folders")
+    draw.add_argument(
+        "--runs", type=Path, nargs="+", default=[],
+        help="training run folders (none, with --keep: redraw --out's pictures.json)",
+    )  # fmt: skip
     draw.add_argument("--out", type=Path, default=Path("results/archive/pe_pictures"))
     draw.add_argument("--split", default="test", help="the split measured (default: test)")
     draw.add_argument("--positions", type=int, default=64, help="positions in the similarity")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from evaluation.statistics import holm
 from studies.answer import Difference
@@ -36,6 +37,7 @@ class Pooled:
     high: float | None
     p: float | None  # two-sided, normal
     p_holm: float | None  # within the pooled comparisons of this baseline
+    q_bh: float | None  # Benjamini-Hochberg within the same family
 
     @property
     def shown(self) -> bool:
@@ -80,12 +82,20 @@ def across(answers: dict[str, Sequence[Difference]], checkpoint: str = "last") -
     out = []
     for baseline in sorted({key[2] for key, *_ in rows}):
         family = [r for r in rows if r[0][2] == baseline]
-        adjusted = holm([r[3][3] for r in family])
+        ps = [r[3][3] for r in family]
+        adjusted = zip(holm(ps), benjamini_hochberg(ps), strict=True)
         out += [
-            Pooled(key[0], key[1], key[2], key[3], by_study, signs, *pooled, p_holm)
-            for (key, by_study, signs, pooled), p_holm in zip(family, adjusted, strict=True)
+            Pooled(key[0], key[1], key[2], key[3], by_study, signs, *pooled, p_holm, q_bh)
+            for (key, by_study, signs, pooled), (p_holm, q_bh) in zip(family, adjusted, strict=True)
         ]
     return out
+
+
+def benjamini_hochberg(ps: Sequence[float | None]) -> list[float | None]:
+    """BH's q of each p of one family (None stays None)."""
+    known = [p for p in ps if p is not None]
+    qs = iter(multipletests(known, method="fdr_bh")[1] if known else [])
+    return [None if p is None else float(next(qs)) for p in ps]
 
 
 POOL_NOTE = (
@@ -99,28 +109,41 @@ def _cell(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:+.{digits}f}"
 
 
-def across_markdown(pooled: Sequence[Pooled], names: Sequence[str]) -> list[str]:
-    """The table across studies: each study's difference, sign agreement, the pool, Holm p."""
-    head = " | ".join(f"{n}: Δ [95% CI] (Holm p)" for n in names)
+def _p(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def study_cell(d: Difference) -> str:
+    """One study's difference: Δ [95% CI] (Holm p; BH q; TOST p; what 80% power detects)."""
+    detects = "–" if d.detectable is None else f"±{d.detectable:.2f}"
+    return (
+        f"{_cell(d.difference)} [{_cell(d.low)}, {_cell(d.high)}] ({_p(d.p_holm)}; "
+        f"{_p(d.q_bh)}; {_p(d.tost_p)}; {detects})"
+    )
+
+
+def across_markdown(
+    pooled: Sequence[Pooled], names: Sequence[str], margin: float = 1.0
+) -> list[str]:
+    """The table across studies: each study's difference with its Holm p, BH q, TOST p and
+    power, the sign agreement, and the pool with its p, Holm p and BH q."""
+    head = " | ".join(
+        f"{n}: Δ [95% CI] (Holm p; BH q; TOST ±{margin:g} p; 80% power detects)" for n in names
+    )
     lines = [
         f"| condition | steps | variant − baseline | {head} | signs agree | pooled Δ [95% CI] | "
-        "pooled p | pooled Holm p |",
-        "|---" * (7 + len(names)) + "|",
+        "pooled p | pooled Holm p | pooled BH q |",
+        "|---" * (8 + len(names)) + "|",
     ]
     for p in pooled:
-        per = " | ".join(
-            f"{_cell(d.difference)} [{_cell(d.low)}, {_cell(d.high)}] "
-            f"({'–' if d.p_holm is None else f'{d.p_holm:.3f}'})"
-            for d in (p.by_study[n] for n in names)
-        )
+        per = " | ".join(study_cell(p.by_study[n]) for n in names)
         agree = "–" if p.signs_agree is None else "yes" if p.signs_agree else "no"
         lines.append(
             f"| {p.condition} | {p.steps:,} | {p.variant} − {p.baseline} | {per} | {agree} | "
             f"{_cell(p.difference)} [{_cell(p.low)}, {_cell(p.high)}] | "
-            f"{'–' if p.p is None else f'{p.p:.3f}'} | "
-            f"{'–' if p.p_holm is None else f'{p.p_holm:.3f}'}{' **held**' if p.shown else ''} |"
+            f"{_p(p.p)} | {_p(p.p_holm)}{' **held**' if p.shown else ''} | {_p(p.q_bh)} |"
         )
     if not pooled:
-        lines.append("| no difference is in every study's answer yet |" + " |" * (6 + len(names)))
+        lines.append("| no difference is in every study's answer yet |" + " |" * (7 + len(names)))
     lines += ["", POOL_NOTE]
     return lines

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from evaluation.plots import pyplot, save, variant_colours, variant_rank
+from evaluation.plots import figure, save, variant_colours, variant_rank
 from evaluation.statistics import (
     RATIO_EQUIVALENCE_MARGIN,
     difference_over_seeds,
@@ -324,10 +324,9 @@ def bucket_ratio_figure(table: dict):
     """Per source-length bucket (with its sentences), short-trained BLEU over the control's,
     that ratio over each seed's in-range ratio, and it with the brevity penalties divided out;
     the band spans the seeds."""
-    plt = pyplot()
     buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
     position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
-    fig, axes = plt.subplots(1, len(RATIO_PANELS), figsize=(18, 4.2))
+    fig, axes = figure(len(RATIO_PANELS), 1, height_cm=5.5 * len(RATIO_PANELS) + 1.5)
     variants = sorted({r["variant"] for r in table["rows"]}, key=variant_rank)
     colours = variant_colours(variants)
     for ax, (key, per_seed, title) in zip(axes, RATIO_PANELS, strict=True):
@@ -350,15 +349,15 @@ def bucket_ratio_figure(table: dict):
         if seen:
             ax.axvline(max(seen) + 0.5, color="black", linestyle="--", linewidth=1)
         ticks = [f"{name}{'*' if beyond else ''}\n{n}" for _, name, n, beyond in buckets]
-        ax.set_xticks(range(len(buckets)), ticks, fontsize=7)
-        ax.set_xlabel("source words (* beyond the short runs' lengths); sentences below")
-        ax.set_ylabel(f"{title} (band: seeds)")
+        ax.set_xticks(range(len(buckets)), ticks)
+        ax.set_ylabel(f"{title}\n(band: seeds' range)")
+    axes[-1].set_xlabel("source words (*: beyond training); sentences below")
     axes[0].set_title(f"Trained on <= {table['max_words']} words, relative to the control")
     axes[1].set_title(f"... and relative to what it keeps at {table['in_range']} words")
-    axes[2].set_title("... with each side's brevity penalty divided out (not length)")
+    axes[2].set_title("... with the brevity penalties divided out")
     drawn = [ax for ax in axes if ax.get_legend_handles_labels()[0]]  # a variant's line
     if drawn:  # one legend, on the first panel that draws a variant
-        drawn[0].legend(fontsize=7)
+        drawn[0].legend(ncols=2)
     return fig
 
 

@@ -42,10 +42,11 @@ def signed_cell(diff: dict, digits: int = 2) -> str:
     return text
 
 
-def p_cell(test: dict, key: str = "p") -> str:
-    """A test's p with its Holm-adjusted p in brackets (where it has one), or an em dash."""
+def p_cell(test: dict, key: str = "p", missing: str = "—") -> str:
+    """A test's p with its Holm-adjusted p in brackets (where it has one), or what stands for
+    none (an em dash; n/a: a bootstrap without spread)."""
     if test.get(key) is None:
-        return "—"
+        return missing
     holm = test.get("p_holm")
     return f"{test[key]:.3f}" + ("" if holm is None else f" (Holm {holm:.3f})")
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from evaluation.plots import pyplot, variant_colours, variant_rank
+from evaluation.plots import figure, save, variant_colours, variant_rank
 from evaluation.statistics import (
     EQUIVALENCE_MARGIN,
     difference_over_seeds,
@@ -258,11 +258,10 @@ def survivor_lines(table: dict) -> list[str]:
 
 def plot_bleu_vs_k(table: dict, path: Path) -> None:
     """BLEU against k per variant, the band spanning the seeds; one panel per condition."""
-
-    plt = pyplot()
     conditions = [c for c in ("all", "joined") if any(r["condition"] == c for r in table["runs"])]
-    fig, axes = plt.subplots(1, max(len(conditions), 1), figsize=(5 * max(len(conditions), 1), 4))
-    axes = [axes] if len(conditions) <= 1 else list(axes)
+    panels = max(len(conditions), 1)  # one above the other, one column wide
+    fig, axes = figure(panels, 1, height_cm=5.5 * panels + 0.5, squeeze=False)
+    axes = list(axes[:, 0])
     variants = sorted({r["variant"] for r in table["runs"]}, key=variant_rank)
     colours = variant_colours(variants)
     for ax, condition in zip(axes, conditions, strict=False):
@@ -283,7 +282,5 @@ def plot_bleu_vs_k(table: dict, path: Path) -> None:
         ax.set_xlabel("k (sentences joined per line)")
         ax.set_ylabel("sacreBLEU (band: seeds' range)")
         ax.set_title(f"Concatenation test, trained on: {condition}")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        ax.legend(ncols=2)
+    save(fig, path)

@@ -26,7 +26,7 @@ from evaluation.attention import (
     position_vectors,
     uniform_distance,
 )
-from evaluation.plots import pyplot, save, variant_rank
+from evaluation.plots import figure, save, variant_rank
 from evaluation.translate import fitting_lines
 from model.position import PositionRangeError
 from runs.load import load_run, rebuild_model
@@ -109,41 +109,39 @@ def picture_run(run_dir: Path, split: str, positions: int, data_path: str | None
 
 def plot_similarity(pictures: Sequence[RunPicture], path: Path) -> None:
     """cos(p_i, p_j) of each absolute encoding's encoder position vectors, side by side."""
-    plt = pyplot()
     shown = [p for p in pictures if p.similarity is not None]
-    fig, axes = plt.subplots(
-        1, len(shown), figsize=(3.8 * len(shown) + 1, 3.6), squeeze=False, layout="constrained"
-    )
-    for ax, picture in zip(axes[0], shown, strict=True):
+    rows = (len(shown) + 1) // 2  # two panels a row, one column wide in all
+    fig, axes = figure(rows, 2, height_cm=3.6 * rows + 0.6, squeeze=False)
+    for ax in axes.flat[len(shown) :]:
+        ax.set_axis_off()
+    for ax, picture in zip(axes.flat, shown, strict=False):
         image = ax.imshow(picture.similarity, vmin=-1, vmax=1, cmap="RdBu_r")
-        ax.set_title(f"{picture.variant} ({Path(picture.run).name})", fontsize=9)
+        ax.set_title(f"{picture.variant}\n({Path(picture.run).name})")
         ax.set_xlabel("position j")
         ax.set_ylabel("position i")
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="cosine similarity")
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="cos(p_i, p_j)")
+    save(fig, path)
 
 
 def plot_distances(pictures: Sequence[RunPicture], path: Path) -> None:
     """Mean attention distance per layer (rows) and head (columns): encoder | decoder per run."""
-    plt = pyplot()
     top = max(max(max(r) for r in p.encoder_distance + p.decoder_distance) for p in pictures)
-    fig, axes = plt.subplots(
-        len(pictures), 2, figsize=(7, 1.9 * len(pictures) + 0.6), squeeze=False
-    )
+    fig, axes = figure(len(pictures), 2, height_cm=2.8 * len(pictures) + 1.0, squeeze=False)
     for row, picture in zip(axes, pictures, strict=True):
         tables = (picture.encoder_distance, picture.decoder_distance)
         for ax, side, table in zip(row, ("encoder", "decoder"), tables, strict=True):
-            ax.imshow(table, vmin=0, vmax=top, cmap="viridis", aspect="auto")
+            image = ax.imshow(table, vmin=0, vmax=top, cmap="viridis", aspect="auto")
             for (layer, head), value in _cells(table):
                 colour = "white" if value < top / 2 else "black"
                 ax.text(head, layer, f"{value:.1f}", ha="center", va="center", color=colour)
             even = picture.encoder_uniform if side == "encoder" else picture.decoder_uniform
-            ax.set_title(f"{picture.variant}: {side} self-attn. (even: {even:.1f})", fontsize=9)
+            ax.set_title(f"{side} (even: {even:.1f})")
             ax.set_xticks(range(len(table[0])))
             ax.set_yticks(range(len(table)))
             ax.set_xlabel("head")
-            ax.set_ylabel("layer")
+            ax.set_ylabel(f"{picture.variant}\nlayer" if side == "encoder" else "layer")
+    fig.colorbar(image, ax=axes, location="bottom", shrink=0.8, aspect=30,
+                 label="mean self-attention distance (subwords)")  # fmt: skip
     save(fig, path)
 
 

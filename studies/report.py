@@ -7,11 +7,12 @@ JSON and plots of ``results/<study>/`` (docs/study.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from common.files import write_json, write_text
 from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
+from evaluation.plots import DifferenceBar, plot_differences
 from evaluation.statistics import (
     EQUIVALENCE_MARGIN,
     add_holm,
@@ -156,7 +157,77 @@ def table3(
     result["study"]["rates_checked_against_tuning"] = bool(chosen)
     write_json(out / "compare.json", result)
     write_text(out / "table3.md", table3_markdown(result))
+    title = f"test BLEU, {', '.join(f'{s:,}' for s in steps)} steps, each at its rate"
+    plot_differences(headline_bars(result), baseline, title, out / HEADLINE)
+    write_text(out / GLANCE, glance_markdown(result))
     return result
+
+
+HEADLINE = "bleu_minus_baseline.png"  # the report's one figure: the README shows it
+GLANCE = "glance.md"  # the report's one table: the README shows it
+
+
+@dataclass(frozen=True)
+class GlanceRow:
+    """One variant in the README's table: its finals, and its difference from the baseline."""
+
+    variant: str
+    seeds: int
+    lr_scale: float
+    dev_ppl: float
+    bleu: float
+    bleu_sd: float | None
+    difference: float | None  # variant - baseline over paired seeds (None: the baseline)
+    low: float | None
+    high: float | None
+    p_holm: float | None
+
+
+def glance_rows(result: dict) -> list[GlanceRow]:
+    """The table's rows of a compare result (table3's), the highest BLEU first."""
+    diffs = {d["variant"]: d["across_seeds"] for d in result["differences"]}
+    rows = []
+    for v in result["variants"]:
+        d = diffs.get(v["variant"], {})
+        rows.append(GlanceRow(
+            v["variant"], len(v["seeds"]), v["lr_scale"], v["dev_ppl_mean"], v["bleu_mean"],
+            v["bleu_std"], d.get("difference"), d.get("low"), d.get("high"), d.get("p_holm"),
+        ))  # fmt: skip
+    return sorted(rows, key=lambda r: -r.bleu)
+
+
+def glance_markdown(result: dict) -> str:
+    """The README's table: variant, seeds, rate, dev PPL, BLEU, and minus the baseline with
+    its 95% interval and Holm p."""
+    base = result["baseline"]
+    lines = [
+        f"| variant | seeds | rate | dev PPL | BLEU (mean ± SD) | minus {base} [95% CI] | Holm p |",
+        "|---|---:|---|---:|---|---|---:|",
+    ]
+    for r in glance_rows(result):
+        sd = "" if r.bleu_sd is None else f" ± {r.bleu_sd:.2f}"
+        diff, p = "—", "—"
+        if r.difference is not None:
+            diff = f"{r.difference:+.2f} [{r.low:+.2f}, {r.high:+.2f}]".replace("-", "−")
+            p = "< 0.001" if r.p_holm < 0.001 else f"{r.p_holm:.3f}"
+        lines.append(f"| {r.variant} | {r.seeds} | ×{r.lr_scale:g} | {r.dev_ppl:.2f} "
+                     f"| {r.bleu:.2f}{sd} | {diff} | {p} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def headline_bars(result: dict) -> list[DifferenceBar]:
+    """Each variant minus the baseline across seeds (paired t), as the headline draws it."""
+    return [
+        DifferenceBar(
+            d["variant"],
+            d["across_seeds"]["difference"],
+            d["across_seeds"].get("low"),
+            d["across_seeds"].get("high"),
+            len(d["across_seeds"]["seeds"]),
+        )
+        for d in result["differences"]
+        if d.get("across_seeds", {}).get("difference") is not None
+    ]
 
 
 def add_variant_summary(
@@ -361,7 +432,7 @@ def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> lis
                 if not boot
                 else (
                     f" {boot['difference']:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}], "
-                    f"p {p_cell(boot, 'p_value')} (seed {boot['seeds'][0]} vs "
+                    f"p {p_cell(boot, 'p_value', 'n/a')} (seed {boot['seeds'][0]} vs "
                     f"{boot['seeds'][1]}) |"
                 )
             )
@@ -468,7 +539,8 @@ def readme_lines(out: Path, runs: dict) -> list[str]:
         f"# The position-encoding study: {len(scored)} scored runs",
         "",
         *note_lines(out),
-        "- [Table 3 (E) extended](table3.md) (compare.json, compare.md, bleu_by_variant.png)",
+        f"- [Table 3 (E) extended](table3.md) (compare.json, compare.md, {GLANCE}, {HEADLINE}, "
+        "bleu_by_variant.png)",
         "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
         "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
         pictures_line(out),

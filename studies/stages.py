@@ -13,7 +13,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from common.files import write_json, write_text
-from studies.answer import Final, answer, answer_markdown
+from evaluation.plots import RateCurve, plot_differences, plot_rate_curves
+from studies.answer import Difference, Final, answer, answer_markdown
 from studies.finals import FinalScores, is_scored, score_final, wanted_evaluations
 from studies.pipeline import StudyRun, choice_line, dev_results
 from studies.protocol import StudySpec
@@ -257,6 +258,8 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         lines += [f"## {stage}", ""]
         for (condition, variant), choice in decided[stage].items():
             lines.append(f"- {choice_line(f'{condition}/{variant}', choice)}")
+        if decided[stage]:
+            lines += ["", f"![mean dev PPL against the rate]({stage}/{RATE_FIGURE})"]
         lines.append("")
     reused = [
         f"{c} reuses {s.rates_from}'s rates" for c, s in study.conditions.items() if s.rates_from
@@ -275,6 +278,8 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         checkpoints = answer_checkpoints(study)
         result = answer(study, decided["finals"], checkpoints)
         lines += answer_markdown(result, checkpoints, study.statistics.equivalence_margin)
+        for name, _, _ in headlines(study, result):
+            lines += ["", f"![each variant minus {study.statistics.baselines[0]}]({name})"]
     else:
         lines.append("No final is scored yet.")
     return "\n".join(lines) + "\n"
@@ -299,13 +304,55 @@ def runs_json(run: StudyRun) -> list[dict]:
     return [{k: v for k, v in asdict(r).items() if k != "fingerprints"} for r in run.records()]
 
 
+RATE_FIGURE = "dev_ppl_vs_lr.png"  # in a stage's folder: its choices' mean dev PPL by rate
+
+
+def headlines(study: StudySpec, result: dict) -> list[tuple[str, str, list[Difference]]]:
+    """The answer's figures: per condition and budget, each variant minus the first baseline
+    at the last checkpoint: (file name, title, differences)."""
+    baseline, last = study.statistics.baselines[0], answer_checkpoints(study)[0]
+    groups: dict[tuple[str, int], list[Difference]] = {}
+    for d in result["differences"]:
+        if (d.baseline, d.checkpoint) == (baseline, last) and d.difference is not None:
+            groups.setdefault((d.condition, d.steps), []).append(d)
+    return [
+        (f"bleu_minus_{baseline}_{condition}_{steps}.png",
+         f"{condition}: test BLEU, {steps:,} steps, {last} checkpoint", diffs)
+        for (condition, steps), diffs in groups.items()
+    ]  # fmt: skip
+
+
+def rate_curves(choices: dict[tuple[str, str], Choice]) -> list[RateCurve]:
+    """The figure's rows of one stage's choices (labelled by condition where several)."""
+    several = len({condition for condition, _ in choices}) > 1
+    return [
+        RateCurve(f"{c}/{v}" if several else v, v, tuple(m.lr_scale for m in choice.means),
+                  tuple(m.mean for m in choice.means), choice.rate if choice.complete else None)
+        for (c, v), choice in choices.items()
+    ]  # fmt: skip
+
+
+def write_figures(run: StudyRun, decided: dict, out: Path) -> None:
+    """The rate figure of the grid and the check, and the answer's headline figures."""
+    budgets = {"grid": run.study.grid.steps, "check": run.study.final.steps}
+    for stage, steps in budgets.items():
+        if decided[stage] and (out / stage).is_dir():
+            plot_rate_curves(rate_curves(decided[stage]), steps, out / stage / RATE_FIGURE)
+    if decided["finals"]:
+        result = answer(run.study, decided["finals"], answer_checkpoints(run.study))
+        for name, title, diffs in headlines(run.study, result):
+            plot_differences(diffs, run.study.statistics.baselines[0], title, out / name)
+
+
 def write_study_report(run: StudyRun, decided: dict, committed: str) -> Path:
-    """results/<study>/: README.md, runs.json, and a README in each stage's folder (each file
-    written atomically; they are derived from the records, so a rerun rewrites them)."""
+    """results/<study>/: README.md, runs.json, the figures, and a README in each stage's
+    folder (the texts written atomically; all derived from the records, so a rerun rewrites
+    them)."""
     out = Path(run.results) / run.study.name
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "README.md", status_markdown(run, decided, committed))
     write_json(out / "runs.json", runs_json(run))
+    write_figures(run, decided, out)
     for stage, what in STAGE_FOLDERS.items():
         folder = out / stage
         if folder.is_dir():

@@ -33,7 +33,7 @@ from common.configs import compose_config
 from common.errors import UserError, first_line
 from common.files import read_json, write_json, write_text
 from evaluation.compare import dev_ppl_curve
-from evaluation.plots import pyplot, save, variant_colours
+from evaluation.plots import figure, log_axis, save, variant_colours
 from runs.record import trained_config
 from runs.resume import setting_differences
 from studies.plan import CONDITIONS, RECORDS, ROOT, position_variants
@@ -733,10 +733,9 @@ def tuning_markdown(result: dict) -> str:
 
 
 def plot_tuning(result: dict, path: Path) -> None:
-    """Dev PPL against the rate (log x), one line per variant (means where every seed ran),
+    """Dev PPL against the rate (log-log), one line per variant (means where every seed ran),
     seeds as dots, diverged runs as crosses at the top, the chosen rate ringed."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = figure(height_cm=7.5)
     colours = variant_colours(result["variants"])
     for variant, row in result["variants"].items():
         colour = colours[variant]
@@ -754,16 +753,19 @@ def plot_tuning(result: dict, path: Path) -> None:
                 ax.scatter(p["lr_scale"], 0.97, color=colour, marker="x",
                            transform=ax.get_xaxis_transform())  # fmt: skip
             if p["lr_scale"] == row["chosen_lr_scale"] and p["mean"] is not None:
-                ax.scatter(p["lr_scale"], p["mean"], s=120, facecolors="none",
+                ax.scatter(p["lr_scale"], p["mean"], s=60, facecolors="none",
                            edgecolors=colour, zorder=4)  # fmt: skip
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")  # the x2 points are 4-5 times the rest: a linear axis hides the choice
+    log_axis(ax.yaxis)
     rates = sorted({p["lr_scale"] for row in result["variants"].values() for p in row["rates"]})
     ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
     ax.set_xlabel("optim.lr_scale (× the schedule's rate)")
-    ax.set_ylabel("dev PPL at the last step")
-    ax.set_title(f"Learning-rate grid: {result['experiment']} (ring: chosen; ×: diverged)")
+    ax.set_ylabel("dev PPL at the last step (line: mean of seeds)")
+    steps = ", ".join(f"{s:,}" for s in result["max_steps"])  # the grid's budget(s)
+    ax.set_title(f"Rate grid, {steps} steps (ring: chosen; ×: diverged)")
     if ax.get_legend_handles_labels()[0]:  # a line where every grid seed ran some rate
-        ax.legend(fontsize=7)
+        ax.legend(ncols=3)
     save(fig, path)
 
 
@@ -901,8 +903,7 @@ def step_budget(runs: Sequence[PlateauRun]) -> tuple[int | None, str]:
 
 def plot_plateau(runs: Sequence[PlateauRun], budget: int | None, path: Path) -> None:
     """Dev PPL curves (log y) with each run's plateau step dotted and the budget dashed."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = figure(height_cm=7.0)
     for i, run in enumerate(runs):
         colour = f"C{i % 10}"
         steps, values = zip(*run.curve, strict=True)
@@ -913,10 +914,11 @@ def plot_plateau(runs: Sequence[PlateauRun], budget: int | None, path: Path) -> 
     if budget is not None:
         ax.axvline(budget, color="black", linestyle="--", linewidth=1, label=f"budget {budget}")
     ax.set_yscale("log")
+    log_axis(ax.yaxis)
     ax.set_xlabel("step")
     ax.set_ylabel("dev PPL")
     ax.set_title("Dev PPL: dotted, each run's plateau step")
-    ax.legend(fontsize=7)
+    ax.legend()
     save(fig, path)
 
 

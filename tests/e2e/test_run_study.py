@@ -15,6 +15,7 @@ import yaml
 from runs.checkpoint import load_checkpoint
 from studies.finals import read_scores
 from studies.protocol import load_study
+from studies.stages import RATE_FIGURE
 from studies.store import Point, read_record, record_dir, work_dir
 from tests.conftest import ROOT, script_main
 
@@ -110,6 +111,7 @@ def test_one_command_resumes_after_a_kill_and_then_changes_nothing(tmp_path):
     assert last.weights_sha256 != averaged.weights_sha256
     readme = (results / "tiny" / "README.md").read_text()
     assert "## The answer" in readme and "BLEU avg:2" in readme
+    assert (results / "tiny" / "grid" / RATE_FIGURE).is_file()  # and drawn in the style
 
     before = tree_hash(work, results)
     assert script_main("run_study")(args) == 0

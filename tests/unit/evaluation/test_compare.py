@@ -3,6 +3,7 @@
 import json
 import math
 import random
+import shutil
 import statistics
 
 import pytest
@@ -384,11 +385,14 @@ def test_each_family_carries_holm_p_and_each_run_its_steps_and_lr_scale(tmp_path
     assert [seeds[v]["p_holm"] for v in ("learned", "lrn_b")] == pytest.approx([3 * p, 3 * p])
     assert seeds["sin_copy"]["p_holm"] == 1.0
     assert all(s["family_size"] == 3 for s in seeds.values())
-    boots = [d["bootstrap"] for d in result["differences"]]
-    assert holm_by_hand([b["p_value"] for b in boots]) == pytest.approx(
-        [b["p_holm"] for b in boots]
+    boots = {d["variant"]: d["bootstrap"] for d in result["differences"]}
+    assert boots["sin_copy"]["p_value"] is None  # the same outputs: no spread, no p
+    tested = [boots[v] for v in ("learned", "lrn_b")]
+    assert holm_by_hand([b["p_value"] for b in tested]) == pytest.approx(
+        [b["p_holm"] for b in tested]
     )
     table = (tmp_path / "o" / "compare.md").read_text()
+    assert "paired bootstrap, 20 resamples | +0.00 | [+0.00, +0.00] | n/a | n/a |" in table
     assert "| p | p (Holm) |" in table and f"| {p:.3f} | {3 * p:.3f} |" in table
 
 
@@ -400,3 +404,17 @@ def holm_by_hand(p_values: list[float]) -> list[float]:
         running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
+
+
+def test_a_seed_given_twice_is_refused_not_pooled(tmp_path, toy_validation, capsys):
+    """A link to a run, or a copy of it, would count as a second seed (± 0.00, a Welch test)."""
+    run = make_run(tmp_path / "runs", "SinusoidalPositionEncoding", 1, toy_validation)[0]
+    make_run(tmp_path / "runs", "LearnedPositionEncoding", 1, toy_validation)
+    link = tmp_path / "link"
+    link.symlink_to(run, target_is_directory=True)
+    out = tmp_path / "o"
+    err = error_of(capsys, tmp_path / "runs", link, "--resamples", "0", "--out", out)
+    assert "both sinusoidal seed 1 (one folder)" in err
+    shutil.copytree(run, tmp_path / "copy")
+    err = error_of(capsys, tmp_path / "runs", tmp_path / "copy", "--resamples", "0", "--out", out)
+    assert "both sinusoidal seed 1 (two folders)" in err and not out.exists()

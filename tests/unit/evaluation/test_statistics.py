@@ -128,15 +128,16 @@ def test_paired_bootstrap_of_a_system_against_itself_and_a_worse_one():
         paired_bootstrap(refs, worse[:-1], refs, resamples=10)
 
 
-def test_identical_outputs_give_p_1_and_the_p_is_sacrebleus_elsewhere():
-    """Every resampled difference 0: no evidence of one (p 1, was sacreBLEU's 1 / (n + 1))."""
+def test_a_bootstrap_without_spread_has_no_p_and_the_p_is_sacrebleus_elsewhere():
+    """Every resampled difference alike: n/a (sacreBLEU's count gave 1 / (n + 1), significant)."""
     rng = random.Random(1)
     refs = [" ".join(rng.choice("abcdefgh") for _ in range(8)) for _ in range(60)]
     hyps = [" ".join(w for w in r.split() if rng.random() > 0.3) for r in refs]
     same = paired_bootstrap(hyps, list(hyps), refs, resamples=200)
-    assert same["difference"] == same["low"] == same["high"] == 0 and same["p_value"] == 1.0
-    assert bootstrap_p_value(np.zeros(999), 0.0) == 1.0
-    assert bootstrap_p_value(np.full(999, 5.0), 5.0) == 1 / 1000  # 5 on every resample: real
+    assert same["difference"] == same["low"] == same["high"] == 0 and same["p_value"] is None
+    assert bootstrap_p_value(np.zeros(999), 0.0) is None
+    assert bootstrap_p_value(np.full(999, 5.0), 5.0) is None  # 5 on every resample: no spread
+    assert bootstrap_p_value(np.array([0.0, 0.0, 1.0]), 0.0) == 0.5  # (1 + 1) / (3 + 1)
     close = [" ".join(w for w in r.split() if rng.random() > 0.32) for r in refs]
     ours = paired_bootstrap(hyps, close, refs, resamples=200)
     test = PairedTest([("b", hyps), ("o", close)], {"BLEU": sacrebleu.BLEU()}, [refs], "bs", 200)

@@ -4,6 +4,7 @@ import math
 
 import pytest
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
 from studies.across import across, across_markdown
 from studies.answer import Difference
@@ -54,8 +55,20 @@ def test_the_table_has_a_column_per_study_and_marks_what_holds():
     french = [diff("rope", "sinusoidal", 1.2, 0.2)]
     lines = across_markdown(across({"de": german, "fr": french}), ["de", "fr"])
     widths = {line.count("|") for line in lines[:3]}
-    assert widths == {10}  # condition, steps, difference, 2 studies, signs, pool, p, Holm p
-    assert "| all | 8,000 | rope − sinusoidal | +1.00 [+0.80, +1.20] (0.020) |" in lines[2]
+    assert widths == {11}  # condition, steps, difference, 2 studies, signs, pool, p, Holm, BH
+    assert "BH q; TOST ±1 p; 80% power detects" in lines[0]
+    study = "+1.00 [+0.80, +1.20] (0.020; 0.020; –; ±0.50)"  # Holm p, BH q, TOST p, power
+    assert f"| all | 8,000 | rope − sinusoidal | {study} |" in lines[2]
     assert "| yes |" in lines[2] and "**held**" in lines[2]
+    (pooled,) = across({"de": german, "fr": french})
+    assert lines[2].endswith(f"**held** | {pooled.q_bh:.3f} |") and pooled.q_bh == pooled.p
     empty = across_markdown([], ["de", "fr"])
-    assert empty[2].count("|") == 10
+    assert empty[2].count("|") == 11
+
+
+def test_the_pooled_bh_q_is_benjamini_hochbergs_within_the_baselines_family():
+    german = [diff(v, "sinusoidal", x, 0.9) for v, x in (("rope", 1.0), ("t5", 0.6))]
+    french = [diff(v, "sinusoidal", x, 0.9) for v, x in (("rope", 1.1), ("t5", 0.4))]
+    pooled = across({"de": german, "fr": french})
+    expected = multipletests([p.p for p in pooled], method="fdr_bh")[1]
+    assert [p.q_bh for p in pooled] == pytest.approx(list(expected))

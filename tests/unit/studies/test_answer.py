@@ -3,10 +3,12 @@
 import pytest
 from statsmodels.stats.multitest import multipletests
 
+from evaluation.plots import plot_differences
 from evaluation.statistics import difference_over_seeds, holm
 from studies.answer import Final, answer
 from studies.finals import FinalScores, SplitScore
 from studies.protocol import load_study
+from studies.stages import headlines
 from studies.store import Point, Record
 
 STUDY = load_study("pe_multi30k_fr")
@@ -62,3 +64,13 @@ def test_a_difference_averaging_changes_is_named(result):
     # the learned table is ~1 BLEU behind sinusoids at the last checkpoint, level when averaged
     assert any("learned − sinusoidal" in line for line in result["flips"])
     assert not any("rope − sinusoidal" in line for line in result["flips"])
+
+
+def test_the_headline_figure_is_the_first_baseline_at_the_last_checkpoint(result, tmp_path):
+    (name, title, diffs), *others = headlines(STUDY, result)
+    assert not others  # one condition, one budget
+    assert name == "bleu_minus_sinusoidal_all_8000.png" and "8,000 steps" in title
+    assert {(d.baseline, d.checkpoint) for d in diffs} == {("sinusoidal", "last")}
+    assert [d.variant for d in diffs] == ["learned", "rope", "relative"]
+    plot_differences(diffs, "sinusoidal", title, tmp_path / name)
+    assert (tmp_path / name).stat().st_size > 0
