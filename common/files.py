@@ -124,6 +124,25 @@ def staged_folder(out: Path) -> Iterator[Path]:
         raise
 
 
+@contextmanager
+def replaced_folder(out: Path) -> Iterator[Path]:
+    """A copy of out (or a new folder) beside it to rewrite, swapped in for out as a whole once
+    the block completes: a kill or an error inside leaves out as it was, never half old and
+    half new (what the block does not rewrite, e.g. a note by hand, stays)."""
+    out = Path(out)
+    shutil.rmtree(out.with_name(f".{out.name}.new"), ignore_errors=True)  # a killed call's
+    with staged_folder(out.with_name(f".{out.name}.new")) as staging:
+        if out.is_dir():
+            shutil.copytree(out, staging, dirs_exist_ok=True)
+        yield staging
+    new = out.with_name(f".{out.name}.new")
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+    if out.is_dir():
+        os.replace(out, old / out.name)  # out gone for two renames, never mixed
+    os.replace(new, out)
+    shutil.rmtree(old)
+
+
 def write_json(path: str | Path, obj) -> None:
     """Write obj as indented JSON atomically (temporary file, then rename)."""
     write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")

@@ -8,6 +8,7 @@ each of the two is one family of tests, its p-values Holm-adjusted (``p_holm``).
 ``compare`` writes compare.md, compare.json and three plots (evaluation/plots.py).
 """
 
+import hashlib
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from omegaconf import OmegaConf
 from common.errors import UserError
 from common.files import read_json, write_json, write_text
 from data.corpus import load_split, loads_multi30k
+from evaluation.evaluate import lines_sha256
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -232,6 +234,12 @@ def check_scored_this_run(run_dir: Path, path: Path, metrics: dict, scores: dict
             f"{path} scored a model with position encoding {position} but {run_dir} trained "
             f"{' / '.join(sorted(map(str, accepted)))}: {fix}"
         )
+    step, last = scores.get("step"), metrics.get("steps")
+    if step is not None and last is not None and int(step) > int(last):
+        raise CompareError(
+            f"{path} scored step {step} but {run_dir} trained to step {last}: it scored "
+            f"another run's checkpoint; {fix}"
+        )
     seed = scores.get("checkpoint_seed")
     if seed is not None and int(seed) != int(metrics["seed"]):
         raise CompareError(
@@ -240,14 +248,32 @@ def check_scored_this_run(run_dir: Path, path: Path, metrics: dict, scores: dict
         )
 
 
+def same_weights_on_disk(run_dir: Path, scores: dict) -> bool | None:
+    """Whether the checkpoint an evaluation scored is in run_dir/checkpoints/ unchanged (its
+    sha256 as recorded); None where it cannot tell (no file named or kept, or an average)."""
+    name, recorded = scores.get("checkpoint_file"), scores.get("checkpoint_sha256")
+    path = run_dir / "checkpoints" / Path(str(name)).name
+    if not name or not recorded or not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest() == recorded
+
+
 def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
     """Whether an evaluation scored an older checkpoint than the run's last step (stale).
 
-    A stale evaluation (or one that records no step: written before evaluations did) is a
+    Current: the checkpoint file it scored is still in the run's checkpoints/ with the sha256
+    it recorded (so a `best` evaluation older than the last step is current); where that file
+    is gone (a record keeps no checkpoints) or unnamed, it scored the run's last step. A stale
+    evaluation (or one that records no step: written before evaluations did) is a
     CompareError, or with allow_stale a flagged row.
     """
     step, last = scores.get("step"), metrics.get("steps")
-    if step is not None and last is not None and int(step) >= int(last):
+    same = same_weights_on_disk(run_dir, scores)
+    if same or (same is None and step is not None and last is not None and int(step) >= int(last)):
         return False
     if allow_stale:
         return True
@@ -287,12 +313,14 @@ def corpus_identity(run: Run) -> tuple[str, str]:
 
 
 def search_settings(scores: dict) -> dict:
-    """How an eval JSON's search ran: engine, beam, length penalty and length limits.
+    """How an eval JSON's search ran: engine, beam, length penalty, length limits and any
+    inference-only position override.
 
     One written before min_len existed searched with min_len 0 (EOS could come first), and
     before engine existed with ours.
     """
     keys = {"engine": "ours", "beam": None, "lenpen": None, "max_len_b": None, "min_len": 0}
+    keys["position_override"] = {}  # inference-only position settings (none before it existed)
     return {key: scores.get(key, default) for key, default in keys.items()}
 
 
@@ -315,6 +343,20 @@ def check_poolable(runs: list[Run]) -> None:
                     f"{first.path} and {run.path} were scored with different {what}s "
                     f"({a[:80]} vs {b[:80]}): compare runs of one corpus, tokenizer and search"
                 )
+        check_same_lines(first, run)
+
+
+def check_same_lines(first: Run, run: Run) -> None:
+    """CompareError where two evaluations scored other sources or references (same path or
+    split, edited lines); evaluations written before the hashes were kept are not checked."""
+    for key, what in (("sources_sha256", "source"), ("references_sha256", "reference")):
+        a, b = first.scores.get(key), run.scores.get(key)
+        if None not in (a, b) and a != b:
+            raise CompareError(
+                f"{first.path} and {run.path} were scored against other {what} lines (sha256 "
+                f"{a[:12]} vs {b[:12]}, the same {run.scores.get('split') or 'files'} by name): "
+                "evaluate them again on one copy"
+            )
 
 
 def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
@@ -333,15 +375,24 @@ def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
 
 
 def hypotheses(run: Run) -> list[str]:
-    """The hypotheses file of a run's evaluation, one line per sentence."""
-    stored = Path(run.scores.get("hypotheses", ""))
-    for path in (stored, run.path / "eval" / f"{run.scores['name']}.hyp"):
-        if path.is_file():
-            return path.read_text(encoding="utf-8").splitlines()
-    raise CompareError(
-        f"{run.path}: the hypotheses of {run.scores['name']} are missing ({stored}); "
-        f"rerun `python evaluate.py run_dir={run.path}` or pass --resamples 0"
+    """The hypotheses of a run's evaluation from the run's own eval/<name>.hyp (never the path
+    its JSON names: a moved or copied run reads its own), one line per sentence, checked
+    against the JSON's count and, where kept, its sha256."""
+    path = run.path / "eval" / f"{run.scores['name']}.hyp"
+    fix = f"rerun `python evaluate.py run_dir={run.path}` or pass --resamples 0"
+    if not path.is_file():
+        raise CompareError(f"{path} is missing (the hypotheses of its evaluation): {fix}")
+    lines = path.read_text(encoding="utf-8").split("\n")[:-1]  # as written: a newline each
+    expected, kept = run.scores.get("n_sentences"), run.scores.get("hypotheses_sha256")
+    changed = (expected is not None and len(lines) != expected) or (
+        kept is not None and lines_sha256(lines) != kept
     )
+    if changed:
+        raise CompareError(
+            f"{path} is not the file its evaluation wrote ({len(lines)} lines, {expected} "
+            f"scored{'' if kept is None else ', another sha256'}): {fix}"
+        )
+    return lines
 
 
 def references(run: Run, refs_file: Path | None) -> list[str]:
@@ -490,10 +541,23 @@ def difference_lines(result: dict) -> list[str]:
     return lines
 
 
+def search_line(search: dict) -> str:
+    """'beam 4, length penalty 0.6, ...' of a comparison's search (one for every run)."""
+    words = [f"{search.get('engine', 'ours')} engine", f"beam {search.get('beam')}",
+             f"length penalty {search.get('lenpen')}", f"max length source + "
+             f"{search.get('max_len_b')}", f"min_len {search.get('min_len')}"]  # fmt: skip
+    override = search.get("position_override")
+    if override:
+        words.append("position override " + ", ".join(f"{k}={v}" for k, v in override.items()))
+    return ", ".join(words)
+
+
 def markdown(result: dict) -> str:
     """compare.md: the Table 3 style table, its notes, and the differences to the baseline."""
     lines = [f"# Position encodings compared ({result['eval']})", "", *variant_lines(result)]
     lines += [
+        "",
+        f"Search: {search_line(result.get('search') or {})}.",
         "",
         f"Ours: eval/{result['eval']}.json of each run ({result['signature']}); dev PPL from "
         "metrics.json (per subword, teacher-forced, last step); ± is the standard deviation "
@@ -542,6 +606,7 @@ def read_runs(
         )
     check_poolable(runs)
     check_distinct(runs)
+    check_named_search(runs[0], used[0])
     for run in runs:
         if run.stale:
             log.warning(
@@ -550,6 +615,18 @@ def read_runs(
                 "flagged in the table)"
             )
     return runs, used[0]
+
+
+def check_named_search(run: Run, name: str) -> None:
+    """CompareError where an evaluation's name says another beam than it searched with (one
+    written under a chosen name before evaluate.py refused that)."""
+    said, beam = EVAL_NAME.match(name), run.scores.get("beam")  # None: written before it was kept
+    if said and beam is not None and int(said["beam"]) != beam:
+        raise CompareError(
+            f"{run.path}/eval/{name}.json searched with beam {run.scores.get('beam')}, not the "
+            f"beam {said['beam']} its name says: evaluate again without name= (or pass --eval "
+            "the evaluation you mean)"
+        )
 
 
 def check_distinct(runs: list[Run]) -> None:
@@ -692,6 +769,7 @@ def compare(
     curves = {r.path: dev_ppl_curve(r.path) for r in runs}
     result = {
         "eval": used,
+        "search": search_settings(runs[0].scores),  # every run's (check_poolable)
         "signature": runs[0].scores.get("signature", ""),
         "baseline": baseline,
         "paper_note": PAPER_NOTE,

@@ -7,9 +7,11 @@ scoring"): `bleu` is detokenized sacreBLEU with its signature (today's practice)
 the paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
 """
 
+import hashlib
 import json
 import logging
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -176,6 +178,41 @@ def apply_position_override(model, cfg: DictConfig) -> dict:
     return model.apply_position_settings(settings) if settings else {}
 
 
+# The form of a default name, <split>-<last|best|avgN>-beam<k>[-<more>]: compare and the studies
+# read the split, checkpoint and beam from it, so only the settings it says may write it.
+DEFAULT_NAME = re.compile(r"^.+-(last|best|avg\d+)-beam\d+(-.+)?$")
+
+
+def override_tag(position_override: dict) -> str:
+    """'-ntk-factor2' for an inference-only position override ('' for none): an evaluation of
+    changed positions never takes the name of the run's own."""
+    parts = [
+        str(value) if key == "scaling" else f"{key}{value:g}"
+        for key, value in sorted(position_override.items(), key=lambda kv: kv[0] != "scaling")
+    ]
+    return "".join(f"-{part}" for part in parts)
+
+
+def evaluation_name(cfg: DictConfig, split: str, tag: str, position_override: dict) -> str:
+    """eval/<name>: name=, else <split>-<tag>-beam<k> (or the src_file's stem), the override
+    and -ctranslate2 appended; a name of the default form that other settings would write is
+    refused (it would be read as theirs)."""
+    stem = Path(cfg.src_file).stem if cfg.src_file else f"{split}-{tag}-beam{cfg.beam}"
+    default = stem + override_tag(position_override)
+    if cfg.engine == "ctranslate2":
+        default += "-ctranslate2"  # beside our engine's file of the same evaluation
+    if not cfg.name:
+        return default
+    name = str(cfg.name)
+    if name != default and DEFAULT_NAME.match(name):
+        raise UserError(
+            f"name={name} is the default name of other settings (these write {default}): "
+            "compare and the studies would read it as that split, checkpoint and beam; drop "
+            "name=, or pass a name of another form"
+        )
+    return name
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Translate a split (or files) with a run's checkpoint; write and return the scores.
 
@@ -192,14 +229,10 @@ def evaluate(cfg: DictConfig) -> dict:
     check_beam(cfg, tokenizer)
     position_override = apply_position_override(model, cfg)
     split = str(cfg.split or "validation")
-    if cfg.src_file:
-        name = cfg.name or Path(cfg.src_file).stem
-    else:
+    name = evaluation_name(cfg, split, tag, position_override)
+    if not cfg.src_file:
         dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
         srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {split}"
-        name = cfg.name or f"{split}-{tag}-beam{cfg.beam}"
-    if cfg.engine == "ctranslate2" and not cfg.name:
-        name += "-ctranslate2"  # beside our engine's file of the same evaluation
     if not srcs:
         raise UserError(f"{where} has no lines: nothing to evaluate; pick another split or file")
     ref_where = str(cfg.ref_file) if cfg.ref_file else None
@@ -225,6 +258,7 @@ def evaluate(cfg: DictConfig) -> dict:
         **search_record(cfg, bf16, position_override),
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
+        "hypotheses_sha256": lines_sha256(hyps),  # compare reads the .hyp back, checked
         "skipped": skipped,
         "skipped_indices": skipped_indices,
     }
@@ -290,6 +324,12 @@ def search_record(cfg: DictConfig, bf16: bool, position_override: dict) -> dict:
     }
 
 
+def lines_sha256(lines: list[str]) -> str:
+    """sha256 of lines as one text, a newline after each: the same lines give the same hash
+    whatever file or split they came from."""
+    return hashlib.sha256("".join(line + "\n" for line in lines).encode("utf-8")).hexdigest()
+
+
 def reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang: str, cfg, device) -> dict:
     """BLEU (sacreBLEU, its signature; the paper's tokenized), chrF, PPL and BLEU by length."""
     metric = sacrebleu.BLEU()
@@ -297,6 +337,8 @@ def reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang: str, cfg, dev
     src_ids = [ids + [EOS_ID] for ids in tokenizer.encode(srcs)]
     tgt_ids = [ids + [EOS_ID] for ids in tokenizer.encode(refs)]
     return {
+        "references_sha256": lines_sha256(refs),  # what was scored against, by content
+        "sources_sha256": lines_sha256(srcs),
         "bleu": round(bleu.score, 2),
         "signature": str(metric.get_signature()),
         "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -79,6 +80,7 @@ def start_segment(
     segments.append(
         {
             "segment": len(segments) + 1,
+            "launch": uuid.uuid4().hex[:12],  # names this launch's events file (runs/events.py)
             "started": _now(),
             "ended": None,
             "host": socket.gethostname(),

@@ -327,5 +327,27 @@ def scored_runs(root: Path) -> tuple[list[StudyRecord], list[str]]:
             if record is None:  # unfinished, scored before its last step, or another search
                 unscored.append(label)
                 continue
+            check_record(record, run_dir, run_dir.relative_to(root).parts)
             records.append(replace(record, run_dir=str(run_dir)))
     return records, unscored
+
+
+def check_record(record: StudyRecord, run_dir: Path, parts: tuple[str, ...]) -> None:
+    """StudyError unless a study.json agrees with its folder (condition, variant, seed) and
+    with the evaluation it quotes (BLEU, chrF, sentences): a copied or edited one is refused."""
+    said = (record.condition, record.variant, f"seed-{record.seed}")
+    if (parts[0], parts[1], parts[-1]) != said:
+        raise StudyError(
+            f"{run_dir / STUDY_FILE} records {'/'.join(said)} but lies in "
+            f"{'/'.join(parts)}: a record copied into another run's folder; restore its own"
+        )
+    path = run_dir / "eval" / f"{record.test.eval}.json"
+    scored = read_json(path) if path.is_file() else {}
+    quoted = {"bleu": record.test.bleu, "chrf": record.test.chrf}
+    quoted["n_sentences"] = record.test.n_sentences
+    differ = [f"{k} {v} vs {scored.get(k)}" for k, v in quoted.items() if scored.get(k) != v]
+    if differ:
+        raise StudyError(
+            f"{run_dir / STUDY_FILE} quotes other scores than {path} ({'; '.join(differ)}): "
+            "the record was edited or its evaluation replaced; score the run again"
+        )

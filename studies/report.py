@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common.files import write_json, write_text
+from common.files import replaced_folder, write_json, write_text
 from evaluation.compare import PAPER, compare, hypotheses, read_run, references, variant_names
 from evaluation.plots import DifferenceBar, plot_differences
 from evaluation.statistics import (
@@ -505,9 +505,9 @@ def note_lines(out: Path) -> list[str]:
     return [*(f"> {line}".rstrip() for line in text.splitlines()), ""]
 
 
-def pictures_line(out: Path) -> str:
+def pictures_line(folder: Path, out: Path) -> str:
     """The README's line on the pictures of trained runs (made apart: they need the weights)."""
-    if (out / "pictures.md").is_file():
+    if (folder / "pictures.md").is_file():
         return (
             "- [What the trained models do with positions](pictures.md) (pictures.json, "
             "position_similarity.png, attention_distance.png)"
@@ -532,18 +532,19 @@ def write_extrapolation(records: list[StudyRecord], out: Path) -> tuple[dict, di
     return concat, buckets
 
 
-def readme_lines(out: Path, runs: dict) -> list[str]:
-    """The report's README: its note, links to each table, and where the runs came from."""
+def readme_lines(folder: Path, runs: dict, out: Path) -> list[str]:
+    """The report's README (written in folder, read in out): its note, links to each table,
+    and where the runs came from."""
     scored, missing, unscored = runs["runs"], runs["missing"], runs["unscored"]
     return [
         f"# The position-encoding study: {len(scored)} scored runs",
         "",
-        *note_lines(out),
+        *note_lines(folder),
         f"- [Table 3 (E) extended](table3.md) (compare.json, compare.md, {GLANCE}, {HEADLINE}, "
         "bleu_by_variant.png)",
         "- [Concatenation test](concat.md) (concat.json, bleu_vs_k.png)",
         "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
-        pictures_line(out),
+        pictures_line(folder, out),
         "",
         f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
         f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
@@ -577,10 +578,18 @@ def write_report(
         raise StudyError(
             f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
         )
-    rates = rates_of(records)  # a variant at two rates is refused before anything is written
+    rates_of(records)  # a variant at two rates is refused before anything is written
     check_one_configuration(records)  # as is a store of runs trained with other settings
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with replaced_folder(out) as folder:  # swapped in whole: a kill leaves the old report
+        return write_report_files(records, unscored, root, folder, out, resamples, echo, chosen)
+
+
+def write_report_files(
+    records, unscored, root: Path, folder: Path, out: Path, resamples: int, echo, chosen
+) -> dict:
+    """write_report's files into folder, which becomes out once all are written."""
+    rates = rates_of(records)
     missing = missing_runs(records, root)
     echo(f"report: {len(records)} scored runs; {len(missing)} planned runs missing")
     if unscored:
@@ -589,8 +598,11 @@ def write_report(
             f"last step with the study's search {SEARCH} (`python scripts/study.py run` trains "
             f"or scores them): {', '.join(unscored)}"
         )
-    table = table3(records, out, resamples, rates=rates, chosen=chosen)
-    concat, buckets = write_extrapolation(records, out)
+    table = table3(records, folder, resamples, rates=rates, chosen=chosen)
+    if table:  # where it will be, not where it was written
+        table["out_dir"] = str(out)
+        write_json(folder / "compare.json", table)
+    concat, buckets = write_extrapolation(records, folder)
     runs = {
         "runs": [
             {k: getattr(r, k) for k in ("condition", "variant", "seed", "step", "dev_ppl")}
@@ -601,8 +613,8 @@ def write_report(
         "unscored": unscored,
         "missing": missing,
     }
-    write_json(out / "runs.json", runs)
-    write_text(out / "README.md", "\n".join(readme_lines(out, runs)) + "\n")
+    write_json(folder / "runs.json", runs)
+    write_text(folder / "README.md", "\n".join(readme_lines(folder, runs, out)) + "\n")
     if table:
         echo(table3_markdown(table))
     echo(f"written: {out}/ (README.md, table3.md, compare.json, concat.json, buckets.json, plots)")

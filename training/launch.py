@@ -59,6 +59,7 @@ from runs.directory import (
     log_file_paths,
     start_log_files,
 )
+from runs.events import launch_suffix
 from runs.preemption import StopSignals, TrainingInterrupted
 from runs.record import code_version, end_segment, read_segments, start_segment
 from runs.resume import ResumeError, changes_the_rounding, check_resume, stop_reason
@@ -223,6 +224,19 @@ def check_data(resumed: dict | None, data: PreparedData, corpus: dict) -> None:
             f"{corpus['pairs']} pairs, sha256 {corpus['sha256'][:12]}): resume with the data it "
             "was trained on or set a new run_dir"
         )
+    validated_on, dev = resumed.get("dev_corpus"), dev_fingerprint(data)
+    if None not in (validated_on, dev) and validated_on != dev:  # None: kept before 2026-12-07
+        raise ResumeError(
+            f"checkpoint {resumed['file']} was validated on another dev set "
+            f"({validated_on.get('pairs')} pairs, sha256 {str(validated_on.get('sha256'))[:12]} "
+            f"-> {dev['pairs']} pairs, sha256 {dev['sha256'][:12]}): its dev PPL curve and "
+            "best.pt would mix two dev sets; resume with the dev set it used or set a new run_dir"
+        )
+
+
+def dev_fingerprint(data: PreparedData) -> dict | None:
+    """The validation split's text fingerprint (None where the data holds no text ones)."""
+    return (data.texts or {}).get("validation")
 
 
 def checkpoint_bytes(model: torch.nn.Module) -> int:
@@ -661,6 +675,7 @@ def run_info(cfg, data, corpus: dict, precision: str, world: int, choices, resum
         "world_size": world,
         "num_threads": torch.get_num_threads(),
         "corpus": corpus,  # the training pairs' fingerprint: a resume on other data is refused
+        "dev_corpus": dev_fingerprint(data),  # and the dev set's: one curve, one best.pt
         # training time of the whole run, at each save (earlier segments' so far)
         "wall_seconds": resumed.get("wall_seconds", 0.0) if resumed else 0.0,
         "train_loss_avg": resumed.get("train_loss_avg") if resumed else None,
@@ -716,7 +731,10 @@ def start_launch(cfg, resumed, changes, data, state, plan, corpus, precision) ->
     train_model = torch.compile(state.model) if cfg.trainer.compile else state.model
     if state.world > 1:
         train_model = torch.nn.parallel.DistributedDataParallel(train_model)
-    writer = SummaryWriter(run_dir / "tensorboard") if main_rank else None
+    writer = None
+    if main_rank:  # one events file a launch, named by its segment (runs/events.py reads it)
+        suffix = launch_suffix(read_segments(run_dir)[segment])
+        writer = SummaryWriter(run_dir / "tensorboard", filename_suffix=suffix)
     progress = Progress(cfg.trainer, state.step, writer, state.device, info["train_loss_avg"])
     return Launch(
         cfg, state, train_model, data, plan, info, precision == "bf16", segment, writer, progress,

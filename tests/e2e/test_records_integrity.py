@@ -145,6 +145,22 @@ def test_a_resume_on_an_edited_training_corpus_is_refused_and_changes_nothing(tm
     assert snapshot(run_dir) == before
 
 
+def test_a_resume_on_a_replaced_dev_set_is_refused_and_changes_nothing(tmp_path):
+    """The dev curve and best.pt of one run come from one dev set (was: accepted silently)."""
+    corpus, other, run_dir = tmp_path / "corpus", tmp_path / "other", tmp_path / "run"
+    sizes = {"train_size": 200, "validation_size": 20, "test_size": 5, "test_long_size": 1}
+    write_toy_corpus(corpus, seed=0, **sizes)
+    write_toy_corpus(other, seed=1, **sizes)
+    train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 3)))
+    for lang in ("en", "de"):  # the same file names, another dev set
+        shutil.copy(other / f"validation.{lang}", corpus / f"validation.{lang}")
+    before = snapshot(run_dir)
+    with pytest.raises(ResumeError, match="validated on another dev set .*20 pairs") as refused:
+        train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 5)))
+    assert "best.pt" in str(refused.value) and "\n" not in str(refused.value)
+    assert snapshot(run_dir) == before
+
+
 def test_checkpoints_keep_the_fingerprint_of_the_pairs_they_trained_on(six_steps):
     state = load_checkpoint(six_steps / "checkpoints" / "last.pt")
     assert state["corpus"]["pairs"] > 0 and len(state["corpus"]["sha256"]) == 64

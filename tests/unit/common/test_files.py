@@ -5,7 +5,14 @@ import json
 
 import pytest
 
-from common.files import staged_folder, write_failure, write_json, write_text, write_texts
+from common.files import (
+    replaced_folder,
+    staged_folder,
+    write_failure,
+    write_json,
+    write_text,
+    write_texts,
+)
 
 
 def test_write_json_round_trips_and_creates_folders(tmp_path):
@@ -69,3 +76,30 @@ def test_a_full_disk_is_one_line_saying_what_to_do():
         "export again"
     )
     assert write_failure(ValueError("a bug"), "x", "y") is None  # keeps its traceback
+
+
+def test_a_replaced_folder_is_swapped_in_whole_or_not_at_all(tmp_path):
+    """A report rewritten in place was half old, half new after a kill; now it is one or the
+    other, and what the rewrite leaves alone (a note by hand) stays."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "table.md").write_text("old table\n")
+    (out / "README.md").write_text("old readme\n")
+    (out / "NOTE.md").write_text("by hand\n")
+    with pytest.raises(KeyboardInterrupt), replaced_folder(out) as folder:
+        (folder / "table.md").write_text("new table\n")
+        raise KeyboardInterrupt  # between the two files
+    assert (out / "table.md").read_text() == "old table\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # nothing left beside it
+    with replaced_folder(out) as folder:
+        (folder / "table.md").write_text("new table\n")
+        (folder / "README.md").write_text("new readme\n")
+    assert [(out / n).read_text() for n in ("table.md", "README.md", "NOTE.md")] == [
+        "new table\n",
+        "new readme\n",
+        "by hand\n",
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+    with replaced_folder(tmp_path / "fresh") as folder:
+        (folder / "a.md").write_text("a\n")
+    assert (tmp_path / "fresh" / "a.md").read_text() == "a\n"

@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from data.corpus import multi30k_text_files
+from evaluation.evaluate import lines_sha256
 from tests.conftest import CONFIG_DIR, compose_config, script_main
 
 main = script_main("compare")
@@ -418,3 +419,101 @@ def test_a_seed_given_twice_is_refused_not_pooled(tmp_path, toy_validation, caps
     shutil.copytree(run, tmp_path / "copy")
     err = error_of(capsys, tmp_path / "runs", tmp_path / "copy", "--resamples", "0", "--out", out)
     assert "both sinusoidal seed 1 (two folders)" in err and not out.exists()
+
+
+def test_another_search_under_the_name_or_an_override_is_refused(tmp_path, toy_validation, capsys):
+    """The name says the beam; an inference-only position override is a search of its own."""
+    base = make_run(tmp_path / "a", "SinusoidalPositionEncoding", 1, toy_validation)[0]
+    other = make_run(tmp_path / "a", "LearnedPositionEncoding", 1, toy_validation)[0]
+    out = tmp_path / "o"
+    result = main([str(tmp_path / "a"), "--resamples", "0", "--out", str(out)])
+    assert result["search"]["position_override"] == {}
+    assert "Search: ours engine, beam None" in (out / "compare.md").read_text()
+    path = other / "eval" / "validation-last-beam4.json"
+    scores = json.loads(path.read_text())
+    path.write_text(json.dumps(scores | {"position_override": {"scaling": "ntk", "factor": 2}}))
+    err = error_of(capsys, tmp_path / "a", "--resamples", "0", "--out", tmp_path / "o2")
+    assert "different search settings" in err and not (tmp_path / "o2").exists()
+    for run in (base, other):
+        path = run / "eval" / "validation-last-beam4.json"
+        path.write_text(
+            json.dumps(json.loads(path.read_text()) | {"beam": 1, "position_override": {}})
+        )
+    err = error_of(capsys, tmp_path / "a", "--resamples", "0", "--out", tmp_path / "o3")
+    assert "searched with beam 1, not the beam 4 its name says" in err
+
+
+def test_evaluations_against_edited_references_are_not_pooled(tmp_path, toy_validation, capsys):
+    """The path or split says which file; the hash says which lines (was: pooled by path)."""
+    runs = [
+        make_run(tmp_path / "a", position, 1, toy_validation)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    for run, refs in zip(runs, ("x", "y"), strict=True):
+        path = run / "eval" / "validation-last-beam4.json"
+        scores = json.loads(path.read_text()) | {"references_sha256": refs * 64}
+        path.write_text(json.dumps(scores))
+    err = error_of(capsys, tmp_path / "a", "--resamples", "0", "--out", tmp_path / "o")
+    assert "scored against other reference lines (sha256 yyyyyyyyyyyy vs xxxxxxxxxxxx" in err
+
+
+def test_an_evaluation_is_current_while_the_checkpoint_it_scored_is_unchanged(
+    tmp_path, toy_validation, capsys
+):
+    """best.pt older than the last step is current (was: stale for ever); a changed one is not;
+    a step past the run's last is another run's."""
+    name = "validation-best-beam4"
+    runs = [
+        make_run(tmp_path / "a", position, 1, toy_validation, name=name, eval_step=300)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    for run in runs:
+        best = run / "checkpoints" / "best.pt"
+        best.parent.mkdir()
+        best.write_bytes(b"weights of step 300")
+        path = run / "eval" / f"{name}.json"
+        scores = json.loads(path.read_text())
+        scores |= {"checkpoint_file": str(best), "checkpoint_sha256": sha256(best.read_bytes())}
+        path.write_text(json.dumps(scores))
+    result = main(
+        [str(tmp_path / "a"), "--eval", name, "--resamples", "0", "--out", str(tmp_path / "o")]
+    )
+    assert not any(r["stale"] for r in result["runs"])  # step 300 of a 401-step run, current
+    (runs[1] / "checkpoints" / "best.pt").write_bytes(b"a later best")
+    err = error_of(capsys, tmp_path / "a", "--eval", name, "--resamples", "0")
+    assert "scored step 300 but" in err and "--allow-stale" in err
+    path = runs[1] / "eval" / f"{name}.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"step": 500}))
+    err = error_of(capsys, tmp_path / "a", "--eval", name, "--resamples", "0")
+    assert "scored step 500 but" in err and "another run's checkpoint" in err
+
+
+def sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_the_bootstrap_reads_the_runs_own_hypotheses_and_checks_them(
+    tmp_path, toy_validation, capsys
+):
+    """A moved run reads its own .hyp, never the path its JSON names; a truncated or edited
+    one is refused (was: the original folder's file was read, or an edit went unseen)."""
+    runs = [
+        make_run(tmp_path / "a", position, 1, toy_validation)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    hyp = runs[1] / "eval" / "validation-last-beam4.hyp"
+    path = hyp.with_suffix(".json")
+    scores = json.loads(path.read_text())
+    lines = hyp.read_text().split("\n")[:-1]
+    scores |= {"hypotheses": "/elsewhere/x.hyp", "hypotheses_sha256": lines_sha256(lines)}
+    path.write_text(json.dumps(scores))
+    args = [tmp_path / "a", "--resamples", "10", "--out", tmp_path / "o"]
+    main([*map(str, args)])  # its own copy, checked: accepted
+    hyp.write_text("".join(line + "\n" for line in reversed(lines)))
+    assert "another sha256" in error_of(capsys, *args)
+    hyp.write_text("".join(line + "\n" for line in lines[:-1]))
+    assert f"({len(lines) - 1} lines, {len(lines)} scored" in error_of(capsys, *args)
+    hyp.unlink()
+    assert "is missing" in error_of(capsys, *args)

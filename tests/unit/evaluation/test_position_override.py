@@ -66,3 +66,41 @@ def test_a_setting_that_is_not_inference_only_is_one_error_line(rope_run):
     assert lines[-1].startswith("error: position_override.base is not an inference-only")
     assert "Traceback" not in result.stderr
     assert not (rope_run / "eval" / "validation-last-beam4.json").exists()
+
+
+def split_scores(run_dir, *overrides):
+    """An evaluation of the run's validation split at beam 1 under its default name."""
+    args = [f"run_dir={run_dir}", "split=validation", "beam=1", *overrides]
+    return evaluate(compose_config(args, config_name="evaluate"))
+
+
+def test_an_override_never_takes_the_name_of_the_runs_own_evaluation(rope_run):
+    scaled = split_scores(rope_run, "position_override.scaling=ntk", "position_override.factor=2")
+    assert scaled["name"] == "validation-last-beam1-ntk-factor2"
+    assert not (rope_run / "eval" / "validation-last-beam1.json").exists()
+    plain = split_scores(rope_run)
+    assert plain["name"] == "validation-last-beam1" and plain["position_override"] == {}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("name=validation-last-beam4",),  # beam 1 under a beam-4 name
+        ("name=validation-last-beam1", "position_override.scaling=linear"),  # the plain name
+    ],
+)
+def test_a_default_name_other_settings_would_write_is_refused(rope_run, overrides):
+    from common.errors import UserError
+
+    before = {p.name: p.read_bytes() for p in (rope_run / "eval").glob("*")}
+    with pytest.raises(UserError, match=r"is the default name of other settings \(these write"):
+        split_scores(rope_run, *overrides)
+    assert {p.name: p.read_bytes() for p in (rope_run / "eval").glob("*")} == before
+
+
+def test_an_evaluation_keeps_the_hashes_of_the_lines_it_scored(rope_run):
+    from evaluation.evaluate import lines_sha256
+
+    result = scores(rope_run, "name=hashed")
+    assert result["references_sha256"] == lines_sha256(LINES) == result["sources_sha256"]
+    assert lines_sha256(LINES[:-1]) != lines_sha256(LINES)

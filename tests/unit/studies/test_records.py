@@ -52,6 +52,33 @@ def test_the_store_s_records_are_its_scored_runs():
     assert first.test.eval == "test-last-beam4" and first.test.n_sentences == 1000
 
 
+def test_a_record_copied_or_edited_is_refused_not_reported(tmp_path):
+    """study.json must agree with its folder and with the evaluation it quotes (was: a copy
+    became a second seed with ± 0.00, an edited BLEU entered the table)."""
+    import shutil
+
+    from studies.plan import StudyError
+
+    store = tmp_path / "runs"
+    source = ROOT / "results" / "pe_multi30k" / "final" / "runs" / "all" / "learned" / "seed-1"
+    shutil.copytree(source, store / "all" / "learned" / "seed-1")
+    assert len(scored_runs(store)[0]) == 1
+    shutil.copytree(source, store / "all" / "learned" / "seed-2")  # seed 1's record, twice
+    with pytest.raises(
+        StudyError, match="records all/learned/seed-1 but lies in all/learned/seed-2"
+    ):
+        scored_runs(store)
+    shutil.rmtree(store / "all" / "learned" / "seed-2")
+    path = store / "all" / "learned" / "seed-1" / STUDY_FILE
+    record = json.loads(path.read_text())
+    record["test"]["bleu"] = 35.0
+    path.write_text(json.dumps(record))
+    with pytest.raises(
+        StudyError, match=r"quotes other scores than .*test-last-beam4.json \(bleu 35.0 vs"
+    ):
+        scored_runs(store)
+
+
 def test_a_record_missing_a_field_is_one_line_naming_it(tmp_path):
     source = next(STORES[0].glob("all/*/seed-1"))
     broken = tmp_path / "all" / "sinusoidal" / "seed-1"

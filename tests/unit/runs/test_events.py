@@ -1,0 +1,39 @@
+"""A run's TensorBoard curve is its own launches': not another run's, not a discarded launch's."""
+
+import json
+import shutil
+
+from runs.events import read_scalars
+from tests.conftest import compose_config, tiny_run_overrides
+
+
+def train_tiny(run_dir, cache_dir, steps: int, every: int) -> None:
+    from training.launch import train
+
+    extra = (f"trainer.max_steps={steps}", f"trainer.eval_every={every}")
+    train(compose_config(tiny_run_overrides(run_dir, cache_dir, *extra)))
+
+
+def test_events_another_run_left_in_the_folder_are_not_read(tmp_path, cache_dir):
+    other, run = tmp_path / "other", tmp_path / "run"
+    train_tiny(other, cache_dir, 8, 4)
+    shutil.copytree(other / "tensorboard", run / "tensorboard")  # left there, then a new run
+    train_tiny(run, cache_dir, 6, 3)
+    assert sorted(read_scalars(run)["dev/ppl"]) == [3, 6]  # was [3, 4, 6, 8]
+    assert sorted(read_scalars(other)["dev/ppl"]) == [4, 8]
+
+
+def test_a_launch_discarded_by_a_fresh_start_is_not_read(tmp_path, cache_dir):
+    run = tmp_path / "run"
+    train_tiny(run, cache_dir, 8, 4)
+    for name in ("metrics.json", "data.json"):  # as if killed before its first checkpoint
+        (run / name).unlink(missing_ok=True)
+    for folder in ("checkpoints", "eval"):
+        shutil.rmtree(run / folder, ignore_errors=True)
+    record = json.loads((run / "segments.json").read_text())
+    record["segments"][0].update(end_step=None, outcome="running (or killed)")
+    (run / "segments.json").write_text(json.dumps(record))
+    train_tiny(run, cache_dir, 6, 3)  # afresh, with the same folder (documented)
+    segments = json.loads((run / "segments.json").read_text())["segments"]
+    assert [s["start_step"] for s in segments] == [0, 0]
+    assert sorted(read_scalars(run)["dev/ppl"]) == [3, 6]  # was [3, 4, 6, 8]
