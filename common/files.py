@@ -1,6 +1,7 @@
 """Text and JSON files a run writes (metrics, scores, translations), each written atomically,
 and the JSON objects read back."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -141,6 +142,15 @@ def replaced_folder(out: Path) -> Iterator[Path]:
         os.replace(out, old / out.name)  # out gone for two renames, never mixed
     os.replace(new, out)
     shutil.rmtree(old)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read a MiB at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_json(path: str | Path, obj) -> None:

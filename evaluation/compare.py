@@ -8,7 +8,6 @@ each of the two is one family of tests, its p-values Holm-adjusted (``p_holm``).
 ``compare`` writes compare.md, compare.json and three plots (evaluation/plots.py).
 """
 
-import hashlib
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.errors import UserError
-from common.files import read_json, write_json, write_text
+from common.files import file_sha256, read_json, write_json, write_text
 from data.corpus import load_split, loads_multi30k
 from evaluation.evaluate import lines_sha256
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
@@ -255,11 +254,7 @@ def same_weights_on_disk(run_dir: Path, scores: dict) -> bool | None:
     path = run_dir / "checkpoints" / Path(str(name)).name
     if not name or not recorded or not path.is_file():
         return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest() == recorded
+    return file_sha256(path) == recorded
 
 
 def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:

@@ -5,12 +5,12 @@ in the checkpoint, and the tokenizer is the run folder's copy (or the file the c
 checked by its sha256. checkpoint_record is what an evaluation notes of the checkpoint it scored.
 """
 
-import hashlib
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
+from common.files import file_sha256
 from data.tokenizer import PAD_ID, Tokenizer
 from model.transformer import build_model
 from runs.checkpoint import (
@@ -77,10 +77,6 @@ def _identified(state: dict, path: Path, ckpt_dir: Path) -> dict:
     Own: a file in the run's checkpoints/, or one elsewhere (an average written out) trained
     with the tokenizer and every trajectory setting of the run's last.pt.
     """
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
     own = path.resolve().parent == ckpt_dir.resolve()
     if not own and (ckpt_dir / "last.pt").is_file():
         try:
@@ -88,7 +84,7 @@ def _identified(state: dict, path: Path, ckpt_dir: Path) -> dict:
             own = True
         except CheckpointError:
             own = False
-    return {**state, "own_checkpoint": own, "file_sha256": digest.hexdigest()}
+    return {**state, "own_checkpoint": own, "file_sha256": file_sha256(path)}
 
 
 def _checked(state, source) -> dict:
