@@ -232,6 +232,7 @@ def write_tokenizer_slot(out_dir: Path, trained: bytes, meta: dict) -> None:
         meta = {
             **meta,
             "model_sha256": hashlib.sha256(model).hexdigest(),  # checked by cached_tokenizer
+            "slot": out_dir.name,  # the cache key it was trained for: a slot copied elsewhere
         }
         (tmp_dir / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         if out_dir.exists() and not (out_dir / MODEL_FILE).is_file():
@@ -280,23 +281,26 @@ def train_tokenizer(
 def cached_tokenizer(out_dir: Path, log) -> Tokenizer | None:
     """The tokenizer in a cache slot if its spm.model is the one trained there, else None.
 
-    train_tokenizer records the model's sha256 in the slot's meta.json; a slot whose model does
-    not match it (a file copied in, an edit, a slot written before the hash was recorded) is
-    removed, so the caller trains the slot's tokenizer again.
+    train_tokenizer records the model's sha256 and the slot it was trained for (its cache key)
+    in the slot's meta.json; a slot whose model does not match it (a file copied in, an edit, a
+    slot written before the hash was recorded) or that was trained for another slot (another
+    slot's files copied in whole) is removed, so the caller trains the slot's tokenizer again.
     """
     path = Path(out_dir) / MODEL_FILE
     if not path.is_file():
         return None
     try:
-        recorded = json.loads((path.parent / "meta.json").read_text()).get("model_sha256")
+        meta = json.loads((path.parent / "meta.json").read_text())
+        recorded, slot = meta.get("model_sha256"), meta.get("slot", path.parent.name)
     except (OSError, ValueError, AttributeError):
-        recorded = None
+        recorded, slot = None, None
     actual = hashlib.sha256(path.read_bytes()).hexdigest()
-    if recorded == actual:
+    if recorded == actual and slot == path.parent.name:  # no slot: written before it was kept
         return Tokenizer(path)
     log(
         f"data: cached tokenizer {path} is not the one its cache key describes (sha256 "
-        f"{actual[:12]}, recorded {str(recorded)[:12]}): training it again"
+        f"{actual[:12]}, recorded {str(recorded)[:12]}; trained for slot {str(slot)[:12]}): "
+        "training it again"
     )
     shutil.rmtree(path.parent)
     return None

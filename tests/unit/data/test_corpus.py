@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 
 import datasets
@@ -423,6 +424,24 @@ def test_prepare_data_second_call_reuses_caches(toy_cfg, tmp_path, monkeypatch):
         assert files and files <= encoded_files  # the ids are mapped from the cache
     assert sum("pairs loaded from cache" in line for line in logs) == 3
     assert any("tokenizer loaded from cache" in line for line in logs)
+
+
+def test_a_tokenizer_slot_copied_whole_from_another_key_is_trained_again(toy_cfg, tmp_path):
+    """spm.model with its own meta.json copied into this data's slot was used silently; the
+    slot records the key it was trained for, so a foreign one is trained again."""
+    cache = tmp_path / "cache"
+    first = prepare_data(toy_cfg, cache, log=lambda _: None)
+    (slot,) = (cache / "tokenizers").iterdir()
+    other = OmegaConf.merge(toy_cfg, {"vocab_size": int(toy_cfg.vocab_size) - 20})
+    prepare_data(other, tmp_path / "other", log=lambda _: None)
+    (foreign,) = (tmp_path / "other" / "tokenizers").iterdir()
+    for name in ("spm.model", "meta.json"):
+        shutil.copy(foreign / name, slot / name)
+    logs: list[str] = []
+    again = prepare_data(toy_cfg, cache, log=logs.append)
+    assert any(f"trained for slot {foreign.name[:12]}" in line for line in logs), logs
+    assert any("training tokenizer" in line for line in logs)
+    assert again.tokenizer.sha256 == first.tokenizer.sha256
 
 
 def test_prepare_data_cache_follows_the_files(toy_cfg, tmp_path):
