@@ -178,3 +178,37 @@ def test_decode_benchmark_times_and_scores_every_engine(trained_run):
         assert fig[name]["tokens"] >= 12 and fig[name]["tokens_per_s"] > 0
         assert 0 <= fig[name]["bleu"] <= 100
     assert fig["ours fp32"]["same_as_ours"] == 12
+
+
+def test_an_exported_folder_loads_and_translates_as_our_greedy_search(
+    trained_run, toy_files, tmp_path, capsys
+):
+    """scripts/export_ctranslate2.py writes a folder ctranslate2.Translator loads; with its
+    spm.model, greedy output equals ours; an existing non-empty --out is refused."""
+    import ctranslate2
+
+    from data.tokenizer import Tokenizer
+    from interop.ctranslate2_engine import translate_ctranslate2
+    from tests.conftest import script_main
+
+    export = script_main("export_ctranslate2")
+    out = tmp_path / "ct2"
+    export(["--run-dir", str(trained_run), "--out", str(out)])
+    assert {"model.bin", "spm.model", "export.json"} <= {p.name for p in out.iterdir()}
+    src, ref = toy_files
+    ours = evaluate(eval_config(trained_run, f"src_file={src}", "name=toy-export", "beam=1"))
+    lines = src.read_text().splitlines()
+    theirs = translate_ctranslate2(
+        ctranslate2.Translator(str(out)), Tokenizer(out / "spm.model"), lines, beam=1
+    )
+    assert theirs == (trained_run / "eval" / "toy-export.hyp").read_text().splitlines()
+    assert ours["n_sentences"] == len(lines)
+    with pytest.raises(SystemExit):
+        export(["--run-dir", str(trained_run), "--out", str(out)])
+    assert "exists and is not empty: pass a new folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        export(
+            ["--run-dir", str(trained_run), "--out", str(tmp_path / "q"), "--quantization", "int3"]
+        )
+    assert "--quantization int3: pass one of int8" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()

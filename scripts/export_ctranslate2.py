@@ -1,0 +1,38 @@
+"""Export a run as a CTranslate2 model folder: `export_ctranslate2.py --run-dir RUN --out F`.
+
+The folder (CTranslate2's model.bin, config and vocabulary, the run's spm.model and
+export.json) loads with ``ctranslate2.Translator(F)``; docs/interop.md shows a translation.
+Written beside F and renamed into place once complete; see interop/ctranslate2_export.py.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
+
+from common.errors import report_user_errors
+from interop.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+
+
+@report_user_errors
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry: write the folder; a user error is one line and exit status 1."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", type=Path, required=True, help="a training run directory")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="the folder to write (new or empty)"
+    )
+    parser.add_argument(
+        "--checkpoint", default="last", help="last | best | avg:N | <file> (as evaluate.py)"
+    )
+    parser.add_argument(
+        "--quantization", default=None, help=f"none (float32) or {', '.join(QUANTIZATIONS)}"
+    )
+    args = parser.parse_args(argv)
+    out = export_ctranslate2(args.run_dir, args.out, args.checkpoint, args.quantization)
+    print(f"wrote {out}: load it with ctranslate2.Translator({str(out)!r})")
+
+
+if __name__ == "__main__":
+    main()
