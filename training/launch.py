@@ -9,7 +9,6 @@ the newest readable checkpoint in `<run_dir>/checkpoints/` when the run director
 import json
 import logging
 import os
-import resource
 import shlex
 import shutil
 import sys
@@ -312,10 +311,15 @@ def batches(sampler: TokenBatchSampler, train_set, max_epochs: int | None, devic
         sampler.set_epoch(sampler.state_dict()["epoch"] + 1)
 
 
-def peak_memory_gib(device: torch.device) -> float:
-    """Peak CUDA memory allocated, or the process's peak resident memory on a CPU."""
+def peak_memory_gib(device: torch.device) -> float | None:
+    """Peak CUDA memory allocated, or the process's peak resident memory on a CPU (None where
+    the OS has no getrusage: Windows)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
+    try:
+        import resource  # POSIX only: imported here so training imports on every OS
+    except ImportError:
+        return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB
 
 
@@ -370,8 +374,10 @@ class Progress:
             "tokens_per_s": tok_s,
             "target_tokens_per_update": self.interval_tokens / self.interval_steps,
             "step_s": step_s,
-            "memory_gib": peak_memory_gib(self.device),
         }
+        memory = peak_memory_gib(self.device)
+        if memory is not None:
+            values["memory_gib"] = memory
         log_progress(self.writer, step, values, eta)
         self.interval_tokens, self.interval_steps = 0, 0
         self.interval_start = time.monotonic()

@@ -149,3 +149,18 @@ def test_citation_cff_names_this_version_and_license():
     assert citation["license"] == PROJECT["license"] == "MIT"
     assert (ROOT / PROJECT["license-files"][0]).read_text().startswith("MIT License\n")
     assert "1706.03762" in str(citation["references"])  # Vaswani et al. 2017
+
+
+POSIX_ONLY = {"resource", "fcntl", "termios", "pwd", "grp"}  # not importable on Windows
+LIBRARY = ("common", "data", "model", "runs", "training", "evaluation", "interop", "studies")
+
+
+def test_the_library_imports_no_posix_only_module_at_module_level():
+    """train.py, evaluate.py and the library import on every OS (was: resource, fcntl)."""
+    found = []
+    for path in sorted(p for top in LIBRARY for p in (ROOT / top).rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:  # module level only
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n in POSIX_ONLY]
+    assert not found, found
