@@ -111,7 +111,7 @@ def plot_similarity(pictures: Sequence[RunPicture], path: Path) -> None:
     """cos(p_i, p_j) of each absolute encoding's encoder position vectors, side by side."""
     shown = [p for p in pictures if p.similarity is not None]
     rows = (len(shown) + 1) // 2  # two panels a row, one column wide in all
-    fig, axes = figure(rows, 2, height_cm=3.6 * rows + 0.6, squeeze=False)
+    fig, axes = figure(rows, 2, height_cm=3.8 * rows + 1.2, squeeze=False)
     for ax in axes.flat[len(shown) :]:
         ax.set_axis_off()
     for ax, picture in zip(axes.flat, shown, strict=False):

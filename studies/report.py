@@ -208,8 +208,9 @@ def glance_markdown(result: dict) -> str:
         sd = "" if r.bleu_sd is None else f" ± {r.bleu_sd:.2f}"
         diff, p = "—", "—"
         if r.difference is not None:
-            diff = f"{r.difference:+.2f} [{r.low:+.2f}, {r.high:+.2f}]".replace("-", "−")
-            p = "< 0.001" if r.p_holm < 0.001 else f"{r.p_holm:.3f}"
+            interval = "" if r.low is None else f" [{r.low:+.2f}, {r.high:+.2f}]"  # >= 2 seeds
+            diff = f"{r.difference:+.2f}{interval}".replace("-", "−")
+            p = "—" if r.p_holm is None else "< 0.001" if r.p_holm < 0.001 else f"{r.p_holm:.3f}"
         lines.append(f"| {r.variant} | {r.seeds} | ×{r.lr_scale:g} | {r.dev_ppl:.2f} "
                      f"| {r.bleu:.2f}{sd} | {diff} | {p} |")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -317,7 +317,8 @@ def peak_memory_gib(device: torch.device) -> float | None:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     try:
-        import resource  # POSIX only: imported here so training imports on every OS
+        # resource deferred: POSIX only, so that training imports on every OS
+        import resource
     except ImportError:
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux reports KiB

@@ -99,10 +99,14 @@ def test_compare_refuses_an_evaluation_of_another_runs_weights(
 ):
     run = copied_run(bad, tmp_path)
     foreign = learned_run / "checkpoints" / "last.pt"
-    name = "validation-last-beam4"  # the name today's main gave it, over the run's own
-    evaluate(
-        compose_config([f"run_dir={run}", f"checkpoint={foreign}", f"name={name}"], "evaluate")
+    name = "validation-last-beam4"  # the name an earlier version let it take, over the run's
+    evaluate(  # today's evaluate.py refuses that name for another checkpoint: written, then moved
+        compose_config([f"run_dir={run}", f"checkpoint={foreign}", "name=foreign"], "evaluate")
     )
+    written = json.loads((run / "eval" / "foreign.json").read_text())
+    (run / "eval" / f"{name}.json").write_text(json.dumps(written | {"name": name}))
+    (run / "eval" / "foreign.hyp").rename(run / "eval" / f"{name}.hyp")
+    (run / "eval" / "foreign.json").unlink()
     extra = ["--score"] if score else []
     message = compare_error([str(run), *extra], capsys)
     assert "another run's checkpoint" in message and str(foreign) in message
