@@ -9,6 +9,7 @@ count, a bit-flipped checkpoint and the smoothed training loss across a resume.
 import json
 import logging
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -128,18 +129,24 @@ def text_run(corpus: Path, cache_dir: Path, run_dir: Path, steps: int) -> list[s
     ]
 
 
-def test_a_resume_on_an_edited_training_corpus_is_refused_and_changes_nothing(tmp_path):
+def resume_on_replaced(split: str, tmp_path) -> tuple[str, Path, dict]:
+    """Train 3 steps on a toy corpus, replace one split's files by other lines (same names),
+    and resume to 5: (the ResumeError's message, the run folder, its files before)."""
     corpus, other, run_dir = tmp_path / "corpus", tmp_path / "other", tmp_path / "run"
     sizes = {"train_size": 200, "validation_size": 20, "test_size": 5, "test_long_size": 1}
     write_toy_corpus(corpus, seed=0, **sizes)
     write_toy_corpus(other, seed=1, **sizes)
     train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 3)))
-    for lang in ("en", "de"):  # the same file names, other lines
-        shutil.copy(other / f"train.{lang}", corpus / f"train.{lang}")
+    for lang in ("en", "de"):
+        shutil.copy(other / f"{split}.{lang}", corpus / f"{split}.{lang}")
     before = snapshot(run_dir)
     with pytest.raises(ResumeError) as refused:
         train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 5)))
-    message = str(refused.value)
+    return str(refused.value), run_dir, before
+
+
+def test_a_resume_on_an_edited_training_corpus_is_refused_and_changes_nothing(tmp_path):
+    message, run_dir, before = resume_on_replaced("train", tmp_path)
     assert "another training corpus" in message and "last.pt" in message, message
     assert "run_dir" in message and "\n" not in message
     assert snapshot(run_dir) == before
@@ -147,17 +154,9 @@ def test_a_resume_on_an_edited_training_corpus_is_refused_and_changes_nothing(tm
 
 def test_a_resume_on_a_replaced_dev_set_is_refused_and_changes_nothing(tmp_path):
     """The dev curve and best.pt of one run come from one dev set (was: accepted silently)."""
-    corpus, other, run_dir = tmp_path / "corpus", tmp_path / "other", tmp_path / "run"
-    sizes = {"train_size": 200, "validation_size": 20, "test_size": 5, "test_long_size": 1}
-    write_toy_corpus(corpus, seed=0, **sizes)
-    write_toy_corpus(other, seed=1, **sizes)
-    train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 3)))
-    for lang in ("en", "de"):  # the same file names, another dev set
-        shutil.copy(other / f"validation.{lang}", corpus / f"validation.{lang}")
-    before = snapshot(run_dir)
-    with pytest.raises(ResumeError, match="validated on another dev set .*20 pairs") as refused:
-        train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 5)))
-    assert "best.pt" in str(refused.value) and "\n" not in str(refused.value)
+    message, run_dir, before = resume_on_replaced("validation", tmp_path)
+    assert re.search("validated on another dev set .*20 pairs", message), message
+    assert "best.pt" in message and "\n" not in message
     assert snapshot(run_dir) == before
 
 
