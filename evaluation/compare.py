@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from omegaconf import OmegaConf
 from common.errors import UserError
 from common.files import file_sha256, read_json, write_json, write_text
 from data.corpus import load_split, loads_multi30k
-from evaluation.evaluate import lines_sha256
+from evaluation.evaluate import evaluate_run, lines_sha256
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -158,18 +157,16 @@ def evaluation_overrides(eval_name: str) -> list[str]:
 
 
 def score_run(run_dir: Path, eval_name: str) -> None:
-    """Write run_dir's eval/<eval_name>.json with evaluate.py (its progress and errors shown)."""
-    overrides = [f"run_dir={run_dir.resolve()}", *evaluation_overrides(eval_name)]
-    print(f"scoring {run_dir}: python evaluate.py {' '.join(overrides)}", file=sys.stderr)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "evaluate.py"), *overrides],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
+    """Write run_dir's eval/<eval_name>.json as evaluate.py would, in this process."""
+    overrides = evaluation_overrides(eval_name)
+    print(
+        f"scoring {run_dir}: python evaluate.py run_dir={run_dir.resolve()} {' '.join(overrides)}",
+        file=sys.stderr,
     )
-    if done.returncode != 0:
-        raise CompareError(
-            f"evaluate.py failed on {run_dir} (its error is above): fix that run or leave it out"
-        )
+    try:
+        evaluate_run(run_dir.resolve(), *overrides)
+    except UserError as e:
+        raise CompareError(f"evaluating {run_dir} failed: {e}; fix that run or leave it out") from e
 
 
 def read_run(

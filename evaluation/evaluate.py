@@ -19,6 +19,7 @@ import sacrebleu
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from common.configs import CONFIG_DIR
 from common.errors import DataError, UserError
 from common.files import write_failure, write_texts
 from data.corpus import decode_lines, load_split, read_lines
@@ -211,6 +212,23 @@ def evaluation_name(cfg: DictConfig, split: str, tag: str, position_override: di
             "name=, or pass a name of another form"
         )
     return name
+
+
+def evaluation_config(run_dir: str | Path, overrides: list[str] | tuple[str, ...]) -> DictConfig:
+    """configs/evaluate.yaml with run_dir and key=value overrides, as `evaluate.py` composes it
+    (read directly, so it works inside a running Hydra app too); an unknown key is an error."""
+    cfg = OmegaConf.load(CONFIG_DIR / "evaluate.yaml")
+    for key in ("defaults", "hydra"):  # Hydra's own sections: logging, not evaluation
+        cfg.pop(key, None)
+    OmegaConf.set_struct(cfg, True)
+    cfg.merge_with(OmegaConf.from_dotlist([f"run_dir={run_dir}", *overrides]))
+    return cfg
+
+
+def evaluate_run(run_dir: str | Path, *overrides: str) -> dict:
+    """The one way library code evaluates a run, in this process: `evaluate.py run_dir=<run>
+    key=value ...` (configs/evaluate.yaml) without the command line."""
+    return evaluate(evaluation_config(run_dir, overrides))
 
 
 def evaluate(cfg: DictConfig) -> dict:

@@ -30,7 +30,7 @@ from common.configs import compose_config
 from common.errors import first_line
 from common.files import read_json, write_json, write_text
 from data.corpus import load_split
-from evaluation.evaluate import evaluate
+from evaluation.evaluate import evaluate_run
 from evaluation.plots import plot_extrapolation
 from evaluation.statistics import mean, stdev
 from model.position import PositionRangeError
@@ -137,7 +137,7 @@ def train_run(run_dir: Path, overrides: list[str], max_words: int, echo=print) -
         handler.close()
 
 
-def evaluate_run(run_dir: Path, split: str, beam: int, echo=print) -> dict | None:
+def scored_split(run_dir: Path, split: str, beam: int, echo=print) -> dict | None:
     """Translate and score one split with the last checkpoint (reused when newer than it).
 
     The search runs in the precision the run was trained in (trainer.precision).
@@ -152,11 +152,9 @@ def evaluate_run(run_dir: Path, split: str, beam: int, echo=print) -> dict | Non
         if not scores.get("skipped") or "skipped_indices" in scores:  # else: an older format
             return scores
     precision = stored_config(run_dir).trainer.precision  # search as the run was trained
-    overrides = [f"run_dir={run_dir}", f"split={split}", f"beam={beam}", f"name={name}"]
-    overrides.append(f"precision={precision}")
-    cfg = compose_config([*overrides, "checkpoint=last", "long_inputs=skip"], "evaluate")
+    overrides = [f"split={split}", f"beam={beam}", f"name={name}", f"precision={precision}"]
     try:
-        return evaluate(cfg)
+        return evaluate_run(run_dir, *overrides, "checkpoint=last", "long_inputs=skip")
     except PositionRangeError as e:
         echo(f"  {split}: every line skipped ({e})")
         return None
@@ -349,7 +347,7 @@ def evaluate_splits(run_dir: Path, settings: Settings, echo) -> dict[str, dict |
     """Each evaluation split of the corpus translated and scored with the last checkpoint."""
     evaluations = {}
     for split in CORPORA[settings.corpus].splits:
-        scores = evaluate_run(run_dir, split, settings.beam, echo)
+        scores = scored_split(run_dir, split, settings.beam, echo)
         evaluations[split] = scores
         if scores is not None:
             skipped = sum(scores["skipped"].values())

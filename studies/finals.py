@@ -15,9 +15,8 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from common.configs import compose_config
 from common.files import read_json, write_json
-from evaluation.evaluate import evaluate
+from evaluation.evaluate import evaluate_run
 from runs.checkpoint import weights_sha256
 from runs.load import load_run
 from runs.record import trained_config
@@ -97,7 +96,6 @@ def evaluate_one(study: StudySpec, run: Path, split: str, checkpoint: str) -> di
     """evaluate.py on one split with one checkpoint of a run, in the precision it trained in."""
     precision = trained_config(run)["trainer"]["precision"]
     overrides = [
-        f"run_dir={run}",
         f"split={split}",
         f"checkpoint={checkpoint}",
         f"name={evaluation_name(study, split, checkpoint)}",
@@ -105,7 +103,7 @@ def evaluate_one(study: StudySpec, run: Path, split: str, checkpoint: str) -> di
         f"lenpen={study.search.lenpen}",
         f"precision={precision}",
     ]
-    return evaluate(compose_config(overrides, "evaluate"))
+    return evaluate_run(run, *overrides)
 
 
 def split_score(result: dict, split: str, checkpoint: str, hyp: Path, weights: str) -> SplitScore:

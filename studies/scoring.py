@@ -14,12 +14,11 @@ from pathlib import Path
 import sacrebleu
 from omegaconf import DictConfig
 
-from common.configs import compose_config
 from common.files import read_json, write_text
 from data.concatenation import join_consecutive_lines, leftover_lines
 from data.corpus import data_identity, load_split
 from evaluation.compare import search_settings
-from evaluation.evaluate import evaluate
+from evaluation.evaluate import evaluate_run
 from studies.extrapolation import bleu_by_bucket
 from studies.plan import (
     BUCKET_KEYS,
@@ -87,7 +86,7 @@ def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
     return last.is_file() and path.stat().st_mtime >= last.stat().st_mtime
 
 
-def evaluate_overrides(run_dir: Path, name: str, precision: str, source: dict | None) -> list[str]:
+def evaluate_overrides(name: str, precision: str, source: dict | None) -> list[str]:
     """evaluate.py's overrides for one evaluation: the study's SEARCH, last checkpoint."""
     where = (
         ["split=test"]
@@ -98,7 +97,6 @@ def evaluate_overrides(run_dir: Path, name: str, precision: str, source: dict | 
         ]
     )
     return [
-        f"run_dir={run_dir}",
         *where,
         f"name={name}",
         "checkpoint=last",
@@ -148,8 +146,7 @@ def run_evaluations(job: Job, step: int, precision: str, sets: list[dict], say) 
         if eval_is_current(eval_dir / f"{name}.json", job.run_dir, step):
             continue
         start = time.monotonic()
-        overrides = evaluate_overrides(job.run_dir, name, precision, source)
-        evaluate(compose_config(overrides, "evaluate"))
+        evaluate_run(job.run_dir, *evaluate_overrides(name, precision, source))
         seconds = time.monotonic() - start
         say(f"  {job.label}: evaluated {name} ({number}/{len(evaluations)}, {seconds:.0f} s)")
 

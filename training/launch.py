@@ -35,7 +35,7 @@ from data.batching import TokenBatchSampler, UpdatePlan, collate, plan_update
 from data.corpus import PreparedData, absolute_local_paths, prepare_data
 from data.tokenizer import BOS_ID, PAD_ID
 from evaluation.bleu import sacrebleu_score
-from evaluation.evaluate import evaluate
+from evaluation.evaluate import evaluate_run
 from evaluation.perplexity import perplexity
 from evaluation.translate import translate
 from model.transformer import build_model, count_parameters
@@ -538,13 +538,7 @@ def score_completed_run(cfg: DictConfig, precision: str) -> dict:
     Writes eval/validation-last-beam4.json as `python evaluate.py run_dir=<run>` would, searching
     in the precision the run trained in.
     """
-    eval_cfg = OmegaConf.load(ROOT / "configs" / "evaluate.yaml")
-    for key in ("defaults", "hydra"):
-        eval_cfg.pop(key, None)
-    eval_cfg.merge_with(
-        {"run_dir": str(cfg.run_dir), "device": cfg.trainer.device, "precision": precision}
-    )
-    scores = evaluate(eval_cfg)
+    scores = evaluate_run(cfg.run_dir, f"device={cfg.trainer.device}", f"precision={precision}")
     log.info(
         f"evaluation {scores['name']} (step {scores['step']}): sacreBLEU {scores['bleu']:.2f}, "
         f"PPL {scores['ppl']:.3f} -> {Path(cfg.run_dir) / 'eval' / scores['name']}.json"

@@ -423,3 +423,31 @@ def test_bf16_search_agrees_with_fp32_on_a_trained_model(trained_run):
     assert same >= 70, f"only {same} of 100 translations agree"
     scores = evaluate(eval_config(trained_run, "split=test", "precision=fp32", "name=fp32"))
     assert scores["precision"] == "fp32"
+
+
+def test_the_library_evaluates_through_one_function_composed_as_the_command_line():
+    """evaluate_run's config is what `evaluate.py key=value ...` composes; no other library
+    module calls evaluate() or starts evaluate.py as a process."""
+    from omegaconf import OmegaConf
+
+    from common.errors import UserError as Refused
+    from evaluation.evaluate import evaluation_config
+    from tests.conftest import ROOT
+
+    overrides = ["split=test", "checkpoint=avg:5", "beam=1", "name=x", "position_override.factor=2"]
+    ours = OmegaConf.to_container(evaluation_config("/r", overrides), resolve=True)
+    hydra = OmegaConf.to_container(eval_config("/r", *overrides), resolve=True)
+    hydra.pop("hydra", None)
+    assert ours == hydra
+    with pytest.raises(Exception) as refused:  # an unknown key, as Hydra refuses it
+        evaluation_config("/r", ["bean=4"])
+    assert "bean" in str(refused.value) and not isinstance(refused.value, Refused)
+    callers = []
+    for top in ("common", "data", "model", "runs", "training", "evaluation", "interop", "studies"):
+        for path in (ROOT / top).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            called = "evaluate(" in text.replace("_evaluate(", "")  # not evaluate_run(
+            started = '/ "evaluate.py"' in text  # a process of the entry point
+            if path.name != "evaluate.py" and (called or started):
+                callers.append(str(path.relative_to(ROOT)))
+    assert not callers, callers
