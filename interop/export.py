@@ -13,6 +13,7 @@ One difference cannot be written into the folder: Marian's LayerNorms use eps 1e
 want the exact network set the modules' eps after loading: ``interop.marian.set_layer_norm_eps``.
 """
 
+import argparse
 import json
 import shutil
 from pathlib import Path
@@ -74,6 +75,19 @@ def check_tokenizer(marian_tokenizer, tokenizer: Tokenizer) -> None:
     if back != ids:
         wrong = next(i for i, j in zip(ids, back, strict=True) if i != j)
         raise ExportError(f"id {wrong} does not round-trip through vocab.json")
+
+
+def export_arguments(description: str) -> argparse.ArgumentParser:
+    """The command line every export takes: --run-dir, --out (new or empty), --checkpoint."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--run-dir", type=Path, required=True, help="a training run directory")
+    parser.add_argument(
+        "--out", type=Path, required=True, help="the folder to write (new or empty)"
+    )
+    parser.add_argument(
+        "--checkpoint", default="last", help="last | best | avg:N | <file> (as evaluate.py)"
+    )
+    return parser
 
 
 def export_hf(

@@ -5,7 +5,6 @@ export.json) loads with ``ctranslate2.Translator(F)``; docs/interop.md shows a t
 Written beside F and renamed into place once complete; see interop/ctranslate2_export.py.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -13,19 +12,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from common.errors import report_user_errors
 from interop.ctranslate2_export import QUANTIZATIONS, export_ctranslate2
+from interop.export import export_arguments
 
 
 @report_user_errors
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry: write the folder; a user error is one line and exit status 1."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", type=Path, required=True, help="a training run directory")
-    parser.add_argument(
-        "--out", type=Path, required=True, help="the folder to write (new or empty)"
-    )
-    parser.add_argument(
-        "--checkpoint", default="last", help="last | best | avg:N | <file> (as evaluate.py)"
-    )
+    parser = export_arguments(__doc__.splitlines()[0])
     parser.add_argument(
         "--quantization", default=None, help=f"none (float32) or {', '.join(QUANTIZATIONS)}"
     )

@@ -5,27 +5,19 @@ The folder (weights, config, generation config, source.spm/target.spm/vocab.json
 and translates greedily as ``evaluate.py beam=1``; see interop/export.py. Sinusoidal runs only.
 """
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from common.errors import report_user_errors
-from interop.export import export_hf
+from interop.export import export_arguments, export_hf
 
 
 @report_user_errors
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry: write the folder; a user error is one line and exit status 1."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run-dir", type=Path, required=True, help="a training run directory")
-    parser.add_argument(
-        "--out", type=Path, required=True, help="the folder to write (new or empty)"
-    )
-    parser.add_argument(
-        "--checkpoint", default="last", help="last | best | avg:N | <file> (as evaluate.py)"
-    )
+    parser = export_arguments(__doc__.splitlines()[0])
     parser.add_argument(
         "--max-positions", type=int, default=1024, help="rows of Marian's sinusoid table"
     )
