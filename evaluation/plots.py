@@ -74,15 +74,18 @@ def variant_colours(variants) -> dict[str, str]:
 
 def save(fig, path: Path) -> None:
     """Write a figure to path (PNG at DPI, its size kept: WIDTH_CM wide) and free it; a text
-    under MIN_FONT_PT is a bug of the figure's code (it would not be readable in print)."""
-    small = sorted({t.get_text() for t in texts(fig) if t.get_fontsize() < MIN_FONT_PT})
-    if small:
-        raise ValueError(f"{path.name}: text under {MIN_FONT_PT} pt: {small[:3]}")
-    cut = clipped(fig)
-    if cut:
-        raise ValueError(f"{path.name}: text beyond the figure's edge: {cut[:3]}")
-    fig.savefig(path, dpi=DPI)
-    pyplot().close(fig)
+    under MIN_FONT_PT or cut at the figure's edge is a bug of the figure's code (it would not
+    print readably): a ValueError, nothing written."""
+    try:
+        small = sorted({t.get_text() for t in texts(fig) if t.get_fontsize() < MIN_FONT_PT})
+        if small:
+            raise ValueError(f"{path.name}: text under {MIN_FONT_PT} pt: {small[:3]}")
+        cut = clipped(fig)
+        if cut:
+            raise ValueError(f"{path.name}: text beyond the figure's edge: {cut[:3]}")
+        fig.savefig(path, dpi=DPI)
+    finally:
+        pyplot().close(fig)
 
 
 def clipped(fig) -> list[str]:

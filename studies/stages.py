@@ -258,7 +258,7 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         lines += [f"## {stage}", ""]
         for (condition, variant), choice in decided[stage].items():
             lines.append(f"- {choice_line(f'{condition}/{variant}', choice)}")
-        if decided[stage]:
+        if decided[stage] and (Path(run.results) / study.name / stage).is_dir():  # drawn
             lines += ["", f"![mean dev PPL against the rate]({stage}/{RATE_FIGURE})"]
         lines.append("")
     reused = [
