@@ -24,14 +24,22 @@ def launch_suffix(segment: dict) -> str:
 
 def launch_files(run_dir: Path) -> list[Path]:
     """The events files of the launches that make the run: those segments.json names, from its
-    last fresh start on (every file of a run written before launches named theirs)."""
+    last fresh start on, and the unnamed files of launches written before files were named
+    (every file of a run whose launches named none)."""
     files = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     if not any(SEGMENT_SUFFIX in path.name for path in files):
         return files
-    segments = [s for s in read_segments(run_dir) if "launch" in s]
+    segments = read_segments(run_dir)
     fresh = [s["segment"] for s in segments if s.get("start_step") == 0]
-    ours = {launch_suffix(s) for s in segments if s["segment"] >= max(fresh, default=1)}
-    return [path for path in files if any(path.name.endswith(suffix) for suffix in ours)]
+    kept = [s for s in segments if s["segment"] >= max(fresh, default=1)]
+    ours = {launch_suffix(s) for s in kept if "launch" in s}
+    older = any("launch" not in s for s in kept)  # a run resumed across the change
+    return [
+        path
+        for path in files
+        if any(path.name.endswith(suffix) for suffix in ours)
+        or (older and SEGMENT_SUFFIX not in path.name)
+    ]
 
 
 def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:

@@ -37,3 +37,17 @@ def test_a_launch_discarded_by_a_fresh_start_is_not_read(tmp_path, cache_dir):
     segments = json.loads((run / "segments.json").read_text())["segments"]
     assert [s["start_step"] for s in segments] == [0, 0]
     assert sorted(read_scalars(run)["dev/ppl"]) == [3, 6]  # was [3, 4, 6, 8]
+
+
+def test_a_run_resumed_across_the_change_keeps_its_earlier_launchs_events(tmp_path, cache_dir):
+    """Launches written before events files were named still count where segments.json lists
+    them (a run begun before 2026-12-07 and resumed after)."""
+    run = tmp_path / "run"
+    train_tiny(run, cache_dir, 4, 2)
+    record = json.loads((run / "segments.json").read_text())
+    del record["segments"][0]["launch"]  # as the first launch recorded it then
+    (run / "segments.json").write_text(json.dumps(record))
+    for path in (run / "tensorboard").glob("*.segment-*"):
+        path.rename(path.with_name(path.name.split(".segment-")[0]))  # and named its file
+    train_tiny(run, cache_dir, 8, 2)  # resumed from step 4
+    assert sorted(read_scalars(run)["dev/ppl"]) == [2, 4, 6, 8]
