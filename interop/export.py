@@ -25,6 +25,7 @@ from common.files import staged_folder, write_failure, write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
 from runs.load import load_run, rebuild_model
+from runs.record import evaluations, read_segments
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 
@@ -124,7 +125,8 @@ def export_hf(
 
 
 def write_folder(out: Path, model, tokenizer, state: dict, tag: str, run_dir, max_positions: int):
-    """The Marian folder's files in out: weights, configs, tokenizer files and export.json."""
+    """The Marian folder's files in out: weights, configs, tokenizer files, export.json and the
+    model card (README.md)."""
     marian = to_marian(model, max_positions)
     marian.generation_config = generation_config(max_positions)
     # transformers 4.x's translation pipeline applies a folder's generation settings only where
@@ -144,6 +146,77 @@ def write_folder(out: Path, model, tokenizer, state: dict, tag: str, run_dir, ma
             "layer_norm_eps": {"trained": layer_norm_eps(model), "marian": MARIAN_LAYER_NORM_EPS},
             "search": "greedy (num_beams 1); Marian's beam search divides by |Y|^alpha, not GNMT",
         },
+    )
+    (out / "README.md").write_text(model_card(model, state, tag, run_dir), encoding="utf-8")
+
+
+MODEL_CARD = """---
+license: mit
+language: [{src}, {tgt}]
+library_name: transformers
+tags: [translation, marian, pe-nmt]
+---
+
+# {name}: {src}→{tgt}, {position} positions
+
+A Transformer (Vaswani et al. 2017, "Attention Is All You Need") trained with pe-nmt and
+exported to Hugging Face Marian by `scripts/export_hf.py` (greedy search, as `evaluate.py
+beam=1`; Marian's beam search ranks by |Y|^alpha, not the paper's GNMT penalty).
+
+| | |
+|---|---|
+| position encoding | {position} |
+| corpus | {corpus} |
+| model | {parameters:,} parameters, d_model {d_model} |
+| weights | checkpoint {tag}, step {step}, file sha256 {sha} |
+
+Scores of these weights (the run's evaluations of this checkpoint file):
+
+{scores}
+
+Trained by: `python train.py {command}`
+
+```python
+from transformers import MarianMTModel, MarianTokenizer
+model = MarianMTModel.from_pretrained("<folder>")
+tokenizer = MarianTokenizer.from_pretrained("<folder>")
+batch = tokenizer(["..."], return_tensors="pt")
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+```
+"""
+
+
+def score_lines(run_dir, sha: str | None) -> str:
+    """The Markdown table of the run's evaluations of the weights with this sha256."""
+    rows = [e for e in evaluations(run_dir) if sha and e.get("checkpoint_sha256") == sha]
+    rows = [e for e in rows if e.get("bleu") is not None]
+    if not rows:
+        return f"none yet: `python evaluate.py run_dir={Path(run_dir).resolve()} split=test`"
+    lines = ["| evaluation | split | beam | sacreBLEU | chrF | signature |", "|---" * 6 + "|"]
+    lines += [
+        f"| {e['name']} | {e.get('split') or 'files'} | {e.get('beam')} | {e['bleu']:.2f} | "
+        f"{e.get('chrf')} | {e.get('signature')} |"
+        for e in rows
+    ]
+    return "\n".join(lines)
+
+
+def model_card(model, state: dict, tag: str, run_dir) -> str:
+    """README.md of an exported folder: what was trained, on what, and how it scores."""
+    data, segments = state["config"]["data"], read_segments(run_dir)
+    return MODEL_CARD.format(
+        name=Path(run_dir).resolve().name,
+        src=data["src_lang"],
+        tgt=data["tgt_lang"],
+        position=(state.get("choices") or {}).get("position", "?"),
+        corpus=json.dumps(data.get("corpus"), default=str)[:300],
+        parameters=sum(p.numel() for p in model.parameters()),
+        d_model=state["config"]["model"].get("d_model"),
+        tag=tag,
+        step=state.get("step"),
+        sha=str(state.get("file_sha256"))[:12],
+        scores=score_lines(run_dir, state.get("file_sha256")),
+        command=" ".join((segments[0].get("overrides") or []) if segments else []),
     )
 
 

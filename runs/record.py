@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.errors import UserError
-from common.files import write_json
+from common.files import read_json, write_json
 
 SEGMENTS_FILE = "segments.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -117,3 +117,8 @@ def trained_config(run_dir: str | Path) -> dict:
     config = OmegaConf.load(Path(run_dir) / ".hydra" / "config.yaml")
     config.run_dir = str(run_dir)
     return OmegaConf.to_container(config, resolve=True)
+
+
+def evaluations(run_dir: str | Path) -> list[dict]:
+    """The run's evaluations (eval/<name>.json, as evaluate.py wrote them), by name."""
+    return [read_json(path) for path in sorted((Path(run_dir) / "eval").glob("*.json"))]

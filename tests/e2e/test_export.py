@@ -18,7 +18,7 @@ from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from evaluation.evaluate import evaluate
 from interop.export import ExportError, export_hf
 from runs.load import load_run, rebuild_model
-from tests.conftest import ROOT, compose_config, tiny_run_overrides
+from tests.conftest import ROOT, compose_config, script_main, tiny_run_overrides
 
 MAX_POSITIONS = 100  # Marian's table, and generate's max_length
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
@@ -87,6 +87,27 @@ def test_folder_holds_what_from_pretrained_needs(folder):
     assert info["layer_norm_eps"] == {"trained": 1e-6, "marian": 1e-5}
     config = json.loads((folder / "config.json").read_text())  # greedy for 4.x's pipeline
     assert config["task_specific_params"] == {"translation": {"num_beams": 1}}
+
+
+def test_the_folder_carries_a_model_card(trained_run, tmp_path):
+    """README.md: the variant, corpus, steps, the scores of these weights with their signature,
+    and the training command."""
+    import shutil
+
+    from evaluation.evaluate import evaluate_run
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    scored = evaluate_run(run, "split=test", "beam=1")
+    out = tmp_path / "marian"
+    script_main("export_hf")(["--run-dir", str(run), "--out", str(out)])
+    card = (out / "README.md").read_text()
+    state, _ = load_run(run, "last")
+    assert card.startswith("---\nlicense: mit\n") and "sinusoidal positions" in card
+    assert f"step {state['step']}" in card and "Trained by: `python train.py " in card
+    assert scored["checkpoint_sha256"] == state["file_sha256"]  # these weights: in the card
+    assert f"| test-last-beam1 | test | 1 | {scored['bleu']:.2f} |" in card
+    assert scored["signature"] in card
 
 
 def test_tokenizer_gives_our_ids_with_eos(trained_run, test_split, fresh_process):
