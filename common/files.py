@@ -131,12 +131,12 @@ def replaced_folder(out: Path) -> Iterator[Path]:
     the block completes: a kill or an error inside leaves out as it was, never half old and
     half new (what the block does not rewrite, e.g. a note by hand, stays)."""
     out = Path(out)
-    shutil.rmtree(out.with_name(f".{out.name}.new"), ignore_errors=True)  # a killed call's
-    with staged_folder(out.with_name(f".{out.name}.new")) as staging:
+    new = out.with_name(f".{out.name}.new")  # complete, waiting to be swapped in
+    shutil.rmtree(new, ignore_errors=True)  # a killed call's
+    with staged_folder(new) as staging:
         if out.is_dir():
             shutil.copytree(out, staging, dirs_exist_ok=True)
         yield staging
-    new = out.with_name(f".{out.name}.new")
     old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
     if out.is_dir():
         os.replace(out, old / out.name)  # out gone for two renames, never mixed

@@ -11,7 +11,6 @@ each of the two is one family of tests, its p-values Holm-adjusted (``p_holm``).
 import json
 import logging
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from omegaconf import OmegaConf
 from common.errors import UserError
 from common.files import file_sha256, read_json, write_json, write_text
 from data.corpus import load_split, loads_multi30k
-from evaluation.evaluate import evaluate_run, lines_sha256
+from evaluation.evaluate import EVAL_NAME, evaluate_run, lines_sha256
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -51,8 +50,6 @@ METRIC_KEYS = ("position", "seed", "dev_ppl", "parameters", "steps", "wall_secon
 # Table 3's evaluation (validation = newstest2013, last checkpoint, beam 4): what --score makes
 # when no --eval is named, and what trainer.evaluate_at_end writes.
 TABLE3_EVAL = "validation-last-beam4"
-# Evaluation names --score can make: evaluate.py's default names for a split.
-EVAL_NAME = re.compile(r"^(?P<split>.+)-(?P<tag>last|best|avg\d+)-beam(?P<beam>\d+)$")
 
 
 # a run's budget: a resume may change it, but seeds trained to two budgets are not one row
@@ -141,7 +138,7 @@ def eval_path(run_dir: Path, eval_name: str | None) -> Path:
 def evaluation_overrides(eval_name: str) -> list[str]:
     """The evaluate.py overrides that write eval/<eval_name>.json (<split>-<tag>-beam<k>)."""
     match = EVAL_NAME.match(eval_name)
-    if not match:
+    if not match or match["more"]:  # an override or another engine: evaluate.py makes those
         raise CompareError(
             f"--score cannot make the evaluation {eval_name!r}: it makes names like "
             f"{TABLE3_EVAL} (<split>-<last|best|avgN>-beam<k>); create it with evaluate.py"

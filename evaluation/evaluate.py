@@ -179,9 +179,10 @@ def apply_position_override(model, cfg: DictConfig) -> dict:
     return model.apply_position_settings(settings) if settings else {}
 
 
-# The form of a default name, <split>-<last|best|avgN>-beam<k>[-<more>]: compare and the studies
-# read the split, checkpoint and beam from it, so only the settings it says may write it.
-DEFAULT_NAME = re.compile(r"^.+-(last|best|avg\d+)-beam\d+(-.+)?$")
+# The form of a default name, <split>-<last|best|avgN>-beam<k>[-<override, engine>]: compare and
+# the studies read the split, checkpoint and beam from it, so only the settings it says may
+# write it.
+EVAL_NAME = re.compile(r"^(?P<split>.+)-(?P<tag>last|best|avg\d+)-beam(?P<beam>\d+)(?P<more>-.+)?$")
 
 
 def override_tag(position_override: dict) -> str:
@@ -205,7 +206,7 @@ def evaluation_name(cfg: DictConfig, split: str, tag: str, position_override: di
     if not cfg.name:
         return default
     name = str(cfg.name)
-    if name != default and DEFAULT_NAME.match(name):
+    if name != default and EVAL_NAME.match(name):
         raise UserError(
             f"name={name} is the default name of other settings (these write {default}): "
             "compare and the studies would read it as that split, checkpoint and beam; drop "

@@ -169,6 +169,11 @@ class RateCurve:
 
 def plot_rate_curves(curves, steps: int, path: Path) -> None:
     """Mean dev PPL against the rate on log-log axes, one line a variant, the choice ringed."""
+    save(rate_curves_figure(curves, steps), path)
+
+
+def rate_curves_figure(curves, steps: int):
+    """The figure of plot_rate_curves."""
     fig, ax = figure(height_cm=7.0)
     colours = variant_colours(c.variant for c in curves)
     for curve in curves:
@@ -191,7 +196,7 @@ def plot_rate_curves(curves, steps: int, path: Path) -> None:
     ax.set_title(f"Rate grid at {steps:,} steps (ring: chosen)")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(ncols=2)
-    save(fig, path)
+    return fig
 
 
 def plot_bleu_by_variant(result: dict, path: Path) -> None:

@@ -209,7 +209,7 @@ def model_card(model, state: dict, tag: str, run_dir) -> str:
         src=data["src_lang"],
         tgt=data["tgt_lang"],
         position=(state.get("choices") or {}).get("position", "?"),
-        corpus=json.dumps(data.get("corpus"), default=str)[:300],
+        corpus=json.dumps(data.get("corpus"), default=str),
         parameters=sum(p.numel() for p in model.parameters()),
         d_model=state["config"]["model"].get("d_model"),
         tag=tag,

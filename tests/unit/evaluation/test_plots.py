@@ -21,6 +21,7 @@ from evaluation.plots import (
     plot_differences,
     plot_rate_curves,
     pyplot,
+    rate_curves_figure,
     save,
     variant_colours,
 )
@@ -90,6 +91,10 @@ def test_the_headline_sorts_differences_with_intervals_and_a_zero_line(figures):
 
 def test_the_rate_grid_is_log_log_with_the_choice_ringed(figures, tmp_path):
     curves = [RateCurve("rope", "rope", (0.25, 0.5, 1.0, 2.0), (13.0, 9.5, 9.6, 48.0), 0.5)]
+    (ax,) = rate_curves_figure(curves, 2000).axes
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log") and "2,000 steps" in ax.get_title()
+    (ring,) = ax.collections  # one ring, at the chosen rate's mean, hollow
+    assert ring.get_offsets().tolist() == [[0.5, 9.5]] and ring.get_facecolor().size == 0
     plot_rate_curves(curves, 2000, tmp_path / "grid.png")
     assert saved_width_cm(tmp_path / "grid.png") == pytest.approx(WIDTH_CM, abs=0.05)
 
