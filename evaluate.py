@@ -29,7 +29,11 @@ def main(cfg: DictConfig) -> None:
             return
         scores = evaluate(cfg)
     except KeyboardInterrupt:  # Ctrl-C: one line; evaluate() writes its files last, all or none
-        done = "no translation printed" if cfg.translate else "nothing written (eval/ as it was)"
+        done = (
+            "the lines printed are whole translations, the rest untranslated"  # flushed per group
+            if cfg.translate
+            else "nothing written (eval/ as it was)"
+        )
         print(f"interrupted: {done}", file=sys.stderr)
         sys.exit(130)
     print(

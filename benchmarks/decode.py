@@ -47,7 +47,7 @@ from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
 from interop.marian import marian_generate, to_marian
 from model.search import beam_search
-from runs.load import load_run, rebuild_model
+from runs.run import load_run, rebuild_model
 
 
 class EosSuppressed:

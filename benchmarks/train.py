@@ -144,9 +144,10 @@ def train_systems(
         ours.parameters(), model_cfg.d_model, optim.betas, optim.eps, optim.warmup, optim.lr_scale
     )
 
-    def our_step(model, bf16: bool) -> Callable:
+    def our_step(model, precision: str) -> Callable:
         def step(batch: dict) -> None:  # train.py's update, on one micro-batch
-            train_step(model, adam, schedule, [batch], optim.label_smoothing, optim.clip_norm, bf16)
+            smoothing, clip = optim.label_smoothing, optim.clip_norm
+            train_step(model, adam, schedule, [batch], smoothing, clip, precision)
 
         return step
 
@@ -154,7 +155,7 @@ def train_systems(
         for compiled in compile_modes:
             model = torch.compile(ours) if compiled else ours
             name = f"ours {precision}" + (" compiled" if compiled else "")
-            systems[name] = (our_step(model, precision == "bf16"), ours)
+            systems[name] = (our_step(model, precision), ours)
     if theirs is not None:
         # transformers deferred: optional (the bench extra), needed only with --vs hf
         LabelSmoother = optional_module("transformers.trainer_pt_utils", "bench").LabelSmoother

@@ -55,6 +55,7 @@ def variant_steps(
     tgt = torch.randint(4, vocab_size, (batch_size, length + 1), generator=generator)
     batch = {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}  # [B, T] each
     steps = {}
+    smoothing, clip, precision = optim.label_smoothing, optim.clip_norm, "bf16" if bf16 else "fp32"
     for name in variants:
         torch.manual_seed(0)
         position = OmegaConf.load(CONFIG_DIR / "position" / f"{name}.yaml")
@@ -70,7 +71,7 @@ def variant_steps(
         )
 
         def step(model=model, adam=adam, schedule=schedule) -> None:
-            train_step(model, adam, schedule, [batch], optim.label_smoothing, optim.clip_norm, bf16)
+            train_step(model, adam, schedule, [batch], smoothing, clip, precision)
 
         steps[name] = (step, count_parameters(model))
     return steps

@@ -247,10 +247,11 @@ def read_lines(path: str | Path, field: str) -> list[str]:
         return decode_lines(f, f"{field}={path}")
 
 
-def decode_lines(raw_lines: Iterable[bytes], where: str) -> list[str]:
-    """UTF-8 lines of a binary stream without their terminators (see read_lines); where names it."""
+def decode_lines(raw_lines: Iterable[bytes], where: str, start: int = 1) -> list[str]:
+    """UTF-8 lines of a binary stream without their terminators (see read_lines); where names it,
+    start numbers its first line (a later part of a stream: its first line's number)."""
     lines = []
-    for number, raw in enumerate(raw_lines, start=1):
+    for number, raw in enumerate(raw_lines, start=start):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:

@@ -18,9 +18,9 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.errors import UserError
-from common.files import file_sha256, read_json, write_json, write_text
+from common.files import read_json, write_json, write_text
 from data.corpus import load_split, loads_multi30k
-from evaluation.evaluate import EVAL_NAME, evaluate_run, lines_sha256
+from evaluation.evaluate import EVAL_NAME, evaluate_run
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
     add_holm,
@@ -31,8 +31,8 @@ from evaluation.statistics import (
     welch_interval,
 )
 from runs.events import read_scalars
-from runs.record import trained_config
 from runs.resume import setting_differences
+from runs.run import Run, RunFileError, search_settings
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,6 @@ PAPER_NOTE = (
     "newstest2013 without checkpoint averaging. Its BLEU is tokenized, compound-split BLEU: "
     "compare it with the tok. BLEU column, not with sacreBLEU."
 )
-RUN_MARKERS = (".hydra", "checkpoints", "train.log")
 METRIC_KEYS = ("position", "seed", "dev_ppl", "parameters", "steps", "wall_seconds")
 # Table 3's evaluation (validation = newstest2013, last checkpoint, beam 4): what --score makes
 # when no --eval is named, and what trainer.evaluate_at_end writes.
@@ -61,15 +60,19 @@ class CompareError(UserError):
 
 
 @dataclass
-class Run:
+class ScoredRun:
     """One finished training run and the evaluation chosen for it (stale: older than the run)."""
 
-    path: Path
+    run: Run
     variant: str
     seed: int
     metrics: dict
     scores: dict
     stale: bool = False
+
+    @property
+    def path(self) -> Path:
+        return self.run.path
 
 
 def path_from_cwd(path: Path) -> str:
@@ -84,14 +87,14 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
     for path in paths:
         if not path.is_dir():
             raise CompareError(f"{path} is not a directory: pass a multirun folder or run folders")
-        for folder, subdirs, files in os.walk(path):
-            here = Path(folder)
-            if "metrics.json" in files:
-                found.append(here)
+        for folder, subdirs, _ in os.walk(path):
+            here = Run(folder)
+            if here.is_finished():
+                found.append(here.path)
                 subdirs.clear()
-            elif any((here / marker).exists() for marker in RUN_MARKERS):
+            elif here.is_run():
                 raise CompareError(
-                    f"{here} has no metrics.json: its training has not finished (see its "
+                    f"{here.path} has no metrics.json: its training has not finished (see its "
                     "train.log); wait for it or pass only finished run directories"
                 )
             else:
@@ -116,23 +119,21 @@ def variant_names() -> dict[str, str]:
 def eval_path(run_dir: Path, eval_name: str | None) -> Path:
     """The eval JSON named eval_name, or the newest eval/validation*.json."""
     if eval_name:
-        path = run_dir / "eval" / f"{eval_name}.json"
+        path = Run(run_dir).evaluation_file(eval_name)
         if not path.is_file():
             raise CompareError(
                 f"{path} is missing: create it with `python evaluate.py run_dir={run_dir} "
                 f"name={eval_name}` (with the split or files it should score), or pass --score"
             )
         return path
-    candidates = sorted(
-        (run_dir / "eval").glob("validation*.json"), key=lambda p: p.stat().st_mtime
-    )
-    if not candidates:
+    newest = Run(run_dir).newest_evaluation_file("validation")
+    if newest is None:
         raise CompareError(
             f"{run_dir} has no eval/validation*.json: pass --score to create {TABLE3_EVAL} "
             f"(newstest2013, beam 4), run `python evaluate.py run_dir={run_dir}`, or name "
             "another with --eval"
         )
-    return candidates[-1]
+    return newest
 
 
 def evaluation_overrides(eval_name: str) -> list[str]:
@@ -172,23 +173,23 @@ def read_run(
     names: dict[str, str],
     allow_stale: bool = False,
     score: bool = False,
-) -> Run:
+) -> ScoredRun:
     """A run's metrics.json and chosen eval JSON, checked for the fields the table needs.
 
-    score: an evaluation that is missing or older than the run's last step is made first
+    score: an evaluation that is missing or not current (runs.Run.is_current) is made first
     (evaluate.py; eval_name, or Table 3's validation-last-beam4).
     """
-    metrics = read_json(run_dir / "metrics.json")
+    run = Run(run_dir)
+    metrics = run.metrics()
     missing = [key for key in METRIC_KEYS if key not in metrics]
     if missing:
         raise CompareError(
-            f"{run_dir}/metrics.json lacks {', '.join(missing)}: was it written by train.py?"
+            f"{run.metrics_file} lacks {', '.join(missing)}: was it written by train.py?"
         )
     if score:
         eval_name = eval_name or TABLE3_EVAL
-        wanted = run_dir / "eval" / f"{eval_name}.json"
-        step = read_json(wanted).get("step") if wanted.is_file() else None
-        if step is None or int(step) < int(metrics["steps"]):
+        scored = run.evaluation(eval_name)
+        if scored is None or not run.is_current(scored, metrics["steps"]):
             score_run(run_dir, eval_name)
     path = eval_path(run_dir, eval_name)
     scores = read_json(path)
@@ -198,12 +199,9 @@ def read_run(
             "ref_file=, and name that evaluation with --eval"
         )
     check_scored_this_run(run_dir, path, metrics, scores)
-    stale = check_fresh(run_dir, path, metrics, scores, allow_stale)
-    variant = metrics.get("position_choice") or scores.get("position")
-    if not variant:  # runs trained before the choice name was recorded: by class name
-        position = str(metrics["position"])
-        variant = names.get(position, position.removesuffix("PositionEncoding").lower())
-    return Run(run_dir, str(variant), int(metrics["seed"]), metrics, scores, stale)
+    stale = check_fresh(run, path, metrics, scores, allow_stale)
+    variant = run.variant(metrics, scores, names)
+    return ScoredRun(run, variant, int(metrics["seed"]), metrics, scores, stale)
 
 
 def check_scored_this_run(run_dir: Path, path: Path, metrics: dict, scores: dict) -> None:
@@ -241,28 +239,13 @@ def check_scored_this_run(run_dir: Path, path: Path, metrics: dict, scores: dict
         )
 
 
-def same_weights_on_disk(run_dir: Path, scores: dict) -> bool | None:
-    """Whether the checkpoint an evaluation scored is in run_dir/checkpoints/ unchanged (its
-    sha256 as recorded); None where it cannot tell (no file named or kept, or an average)."""
-    name, recorded = scores.get("checkpoint_file"), scores.get("checkpoint_sha256")
-    path = run_dir / "checkpoints" / Path(str(name)).name
-    if not name or not recorded or not path.is_file():
-        return None
-    return file_sha256(path) == recorded
-
-
-def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
-    """Whether an evaluation scored an older checkpoint than the run's last step (stale).
-
-    Current: the checkpoint file it scored is still in the run's checkpoints/ with the sha256
-    it recorded (so a `best` evaluation older than the last step is current); where that file
-    is gone (a record keeps no checkpoints) or unnamed, it scored the run's last step. A stale
-    evaluation (or one that records no step: written before evaluations did) is a
-    CompareError, or with allow_stale a flagged row.
+def check_fresh(run: ScoredRun, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
+    """Whether an evaluation is stale: not current by runs.Run.is_current (the weights it
+    scored are no longer the run's). A stale evaluation (or one that records no step: written
+    before evaluations did) is a CompareError, or with allow_stale a flagged row.
     """
-    step, last = scores.get("step"), metrics.get("steps")
-    same = same_weights_on_disk(run_dir, scores)
-    if same or (same is None and step is not None and last is not None and int(step) >= int(last)):
+    step, last, run_dir = scores.get("step"), metrics.get("steps"), run.path
+    if run.is_current(scores, last):
         return False
     if allow_stale:
         return True
@@ -274,19 +257,15 @@ def check_fresh(run_dir: Path, path: Path, metrics: dict, scores: dict, allow_st
     )
 
 
-def lr_scale(run: Run) -> float | None:
-    """The run's optim.lr_scale: from metrics.json, else its .hydra/config.yaml (None: neither)."""
+def lr_scale(run: ScoredRun) -> float | None:
+    """The run's optim.lr_scale: from metrics.json, else its stored config (None: neither)."""
     if run.metrics.get("lr_scale") is not None:
         return float(run.metrics["lr_scale"])
-    config_path = run.path / ".hydra" / "config.yaml"
-    if not config_path.is_file():
-        return None
-
-    value = OmegaConf.select(OmegaConf.load(config_path), "optim.lr_scale")
+    value = run.run.setting("optim.lr_scale")
     return None if value is None else float(value)
 
 
-def corpus_identity(run: Run) -> tuple[str, str]:
+def corpus_identity(run: ScoredRun) -> tuple[str, str]:
     """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer).
 
     Multi30k is one corpus from any source (the hub, a local copy in its layout or as text:
@@ -301,19 +280,7 @@ def corpus_identity(run: Run) -> tuple[str, str]:
     return json.dumps(corpus, sort_keys=True, default=str), str(run.scores.get("tokenizer_sha256"))
 
 
-def search_settings(scores: dict) -> dict:
-    """How an eval JSON's search ran: engine, beam, length penalty, length limits and any
-    inference-only position override.
-
-    One written before min_len existed searched with min_len 0 (EOS could come first), and
-    before engine existed with ours.
-    """
-    keys = {"engine": "ours", "beam": None, "lenpen": None, "max_len_b": None, "min_len": 0}
-    keys["position_override"] = {}  # inference-only position settings (none before it existed)
-    return {key: scores.get(key, default) for key, default in keys.items()}
-
-
-def check_poolable(runs: list[Run]) -> None:
+def check_poolable(runs: list[ScoredRun]) -> None:
     """CompareError unless every run was scored on one corpus with one tokenizer and one search.
 
     Perplexity per subword and BLEU on different sentences, or BLEU of different searches, do
@@ -335,7 +302,7 @@ def check_poolable(runs: list[Run]) -> None:
         check_same_lines(first, run)
 
 
-def check_same_lines(first: Run, run: Run) -> None:
+def check_same_lines(first: ScoredRun, run: ScoredRun) -> None:
     """CompareError where two evaluations scored other sources or references (same path or
     split, edited lines); evaluations written before the hashes were kept are not checked."""
     for key, what in (("sources_sha256", "source"), ("references_sha256", "reference")):
@@ -348,7 +315,7 @@ def check_same_lines(first: Run, run: Run) -> None:
             )
 
 
-def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
+def seed_difference(baseline: list[ScoredRun], other: list[ScoredRun]) -> dict:
     """Mean BLEU difference other - baseline with a 95% t-interval over seeds.
 
     Paired by seed over the seeds both sides ran (at least two), else Welch over all runs; a
@@ -363,28 +330,18 @@ def seed_difference(baseline: list[Run], other: list[Run]) -> dict:
     return {"method": "Welch t (unpaired seeds)", "seeds": seeds, **welch_interval(a, b)}
 
 
-def hypotheses(run: Run) -> list[str]:
+def hypotheses(run: ScoredRun) -> list[str]:
     """The hypotheses of a run's evaluation from the run's own eval/<name>.hyp (never the path
     its JSON names: a moved or copied run reads its own), one line per sentence, checked
     against the JSON's count and, where kept, its sha256."""
-    path = run.path / "eval" / f"{run.scores['name']}.hyp"
     fix = f"rerun `python evaluate.py run_dir={run.path}` or pass --resamples 0"
-    if not path.is_file():
-        raise CompareError(f"{path} is missing (the hypotheses of its evaluation): {fix}")
-    lines = path.read_text(encoding="utf-8").split("\n")[:-1]  # as written: a newline each
-    expected, kept = run.scores.get("n_sentences"), run.scores.get("hypotheses_sha256")
-    changed = (expected is not None and len(lines) != expected) or (
-        kept is not None and lines_sha256(lines) != kept
-    )
-    if changed:
-        raise CompareError(
-            f"{path} is not the file its evaluation wrote ({len(lines)} lines, {expected} "
-            f"scored{'' if kept is None else ', another sha256'}): {fix}"
-        )
-    return lines
+    try:
+        return run.run.hypotheses(run.scores, fix)
+    except RunFileError as e:
+        raise CompareError(str(e)) from None
 
 
-def references(run: Run, refs_file: Path | None) -> list[str]:
+def references(run: ScoredRun, refs_file: Path | None) -> list[str]:
     """References for a run's evaluation: --refs, or its split from the run's stored config."""
     if refs_file is not None:
         if not refs_file.is_file():
@@ -407,15 +364,13 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
                 f"cannot load the references of {run.scores['name']} (split "
                 f"{run.scores['split']!r}) for {run.path}: {e}; pass --refs FILE or --resamples 0"
             ) from e
-    config_path = run.path / ".hydra" / "config.yaml"  # evaluations that recorded neither
-    split = str(run.scores["name"]).split("-", 1)[0]
-    if not config_path.is_file():
+    split = str(run.scores["name"]).split("-", 1)[0]  # evaluations that recorded neither
+    if not run.run.has_config():
         raise CompareError(
-            f"{run.path} has no .hydra/config.yaml to find the references of "
+            f"{run.path} has no stored training config to find the references of "
             f"{run.scores['name']}: pass --refs FILE (one reference a line) or --resamples 0"
         )
-
-    data_cfg = OmegaConf.to_container(OmegaConf.load(config_path).data, resolve=True)
+    data_cfg = run.run.resolved_config()["data"]
     try:
         return list(load_split(data_cfg, split)["tgt"])
     except UserError as e:
@@ -425,7 +380,7 @@ def references(run: Run, refs_file: Path | None) -> list[str]:
         ) from e
 
 
-def seed_pair(baseline: list[Run], other: list[Run]) -> tuple[Run, Run]:
+def seed_pair(baseline: list[ScoredRun], other: list[ScoredRun]) -> tuple[ScoredRun, ScoredRun]:
     """The runs of the lowest seed both variants share, else each variant's lowest seed."""
     shared = sorted({r.seed for r in baseline} & {r.seed for r in other})
     if shared:
@@ -436,7 +391,7 @@ def seed_pair(baseline: list[Run], other: list[Run]) -> tuple[Run, Run]:
     return min(baseline, key=lambda r: r.seed), min(other, key=lambda r: r.seed)
 
 
-def summarize(variant: str, runs: list[Run]) -> dict:
+def summarize(variant: str, runs: list[ScoredRun]) -> dict:
     """Table 3's columns for one variant: means and spreads over its seeds."""
     bleu = [r.scores["bleu"] for r in runs]
     ppl = [r.metrics["dev_ppl"] for r in runs if r.metrics["dev_ppl"] is not None]
@@ -583,7 +538,7 @@ def dev_ppl_curve(run_dir: Path) -> list[tuple[int, float]]:
 
 def read_runs(
     paths: list[Path], eval_name: str | None, allow_stale: bool, score: bool
-) -> tuple[list[Run], str]:
+) -> tuple[list[ScoredRun], str]:
     """The runs under paths and the one evaluation that scored them all; stale ones warned of."""
     names = variant_names()
     runs = [read_run(d, eval_name, names, allow_stale, score) for d in find_run_dirs(paths)]
@@ -606,22 +561,31 @@ def read_runs(
     return runs, used[0]
 
 
-def check_named_search(run: Run, name: str) -> None:
+def check_named_search(run: ScoredRun, name: str) -> None:
     """CompareError where an evaluation's name says another beam than it searched with (one
     written under a chosen name before evaluate.py refused that)."""
     said, beam = EVAL_NAME.match(name), run.scores.get("beam")  # None: written before it was kept
     if said and beam is not None and int(said["beam"]) != beam:
         raise CompareError(
-            f"{run.path}/eval/{name}.json searched with beam {run.scores.get('beam')}, not the "
+            f"{run.run.evaluation_file(name)} searched with beam {run.scores.get('beam')}, not the "
             f"beam {said['beam']} its name says: evaluate again without name= (or pass --eval "
             "the evaluation you mean)"
         )
 
 
-def check_distinct(runs: list[Run]) -> None:
-    """CompareError where a variant holds a seed twice (one folder given twice, by a path and a
-    link, a copied folder, or a repeat): pooled, they would count as two seeds."""
-    seen: dict[tuple[str, int], Run] = {}
+def check_distinct(runs: list[ScoredRun]) -> None:
+    """CompareError where one run is given twice (by a path and a link, or a copied folder: one
+    run id, runs.Run.identity) or a variant holds a seed twice: pooled, they would count as two
+    seeds."""
+    by_id: dict[str, ScoredRun] = {}
+    for run in runs:
+        other = by_id.setdefault(run.run.identity() or str(run.path.resolve()), run)
+        if other is not run:
+            raise CompareError(
+                f"{other.path} and {run.path} are one run (run id {run.run.identity()}, "
+                f"{run.variant} seed {run.seed}): a run counts once; pass one of them"
+            )
+    seen: dict[tuple[str, int], ScoredRun] = {}
     for run in runs:
         other = seen.setdefault((run.variant, run.seed), run)
         if other is not run:
@@ -632,16 +596,16 @@ def check_distinct(runs: list[Run]) -> None:
             )
 
 
-def training_config(run: Run) -> dict | None:
+def training_config(run: ScoredRun) -> dict | None:
     """The run's resolved .hydra/config.yaml without its seed (None: it has none)."""
-    if not (run.path / ".hydra" / "config.yaml").is_file():
+    if not run.run.has_config():
         return None
-    config = trained_config(run.path)
+    config = run.run.resolved_config()
     config.pop("seed", None)
     return config
 
 
-def check_one_setup(variant: str, runs: list[Run]) -> None:
+def check_one_setup(variant: str, runs: list[ScoredRun]) -> None:
     """CompareError where a variant's runs were trained with settings other than the seed that
     change the math (runs.resume's refused differences, e.g. another optim.lr_scale) or to
     another budget: their seeds are never pooled into one row."""
@@ -657,10 +621,12 @@ def check_one_setup(variant: str, runs: list[Run]) -> None:
             )
 
 
-def group_runs(runs: list[Run], baseline: str) -> tuple[dict[str, list[Run]], list[str]]:
+def group_runs(
+    runs: list[ScoredRun], baseline: str
+) -> tuple[dict[str, list[ScoredRun]], list[str]]:
     """Variant -> its runs by seed, and the variants baseline first; a variant whose runs differ
     in a setting other than the seed refused, mixed sizes warned of."""
-    groups: dict[str, list[Run]] = {}
+    groups: dict[str, list[ScoredRun]] = {}
     for run in sorted(runs, key=lambda r: (r.variant, r.seed)):
         groups.setdefault(run.variant, []).append(run)
     for variant, its_runs in groups.items():
@@ -676,7 +642,7 @@ def group_runs(runs: list[Run], baseline: str) -> tuple[dict[str, list[Run]], li
     return groups, order
 
 
-def run_row(run: Run, curve: list[tuple[int, float]]) -> dict:
+def run_row(run: ScoredRun, curve: list[tuple[int, float]]) -> dict:
     """One run's line of compare.json: where, which variant and seed, its metrics and scores."""
     return {
         "run_dir": path_from_cwd(run.path),
@@ -692,7 +658,7 @@ def run_row(run: Run, curve: list[tuple[int, float]]) -> dict:
 
 
 def baseline_differences(
-    groups: dict[str, list[Run]],
+    groups: dict[str, list[ScoredRun]],
     order: list[str],
     baseline: str,
     resamples: int,

@@ -13,6 +13,8 @@ import logging
 import math
 import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sacrebleu
@@ -22,15 +24,17 @@ from omegaconf import DictConfig, OmegaConf
 from common.configs import CONFIG_DIR
 from common.errors import DataError, UserError
 from common.files import write_failure, write_texts
+from common.progress import progress_bar, shows_progress
 from data.corpus import decode_lines, load_split, read_lines
 from data.tokenizer import EOS_ID
 from evaluation.bleu import bleu_by_length, tokenized_bleu
+from evaluation.line_stream import waiting_lines
 from evaluation.perplexity import perplexity
-from evaluation.translate import fitting_lines, translate
+from evaluation.translate import fitting_lines, nbest_lines, translate, translate_nbest
 from interop.ctranslate2_engine import ctranslate2_translator, translate_ctranslate2
 from model.position import PositionRangeError
-from runs.device import resolve_device, use_bf16
-from runs.load import checkpoint_record, load_run, rebuild_model
+from runs.device import resolve_device, resolve_precision
+from runs.run import checkpoint_record, load_run, rebuild_model
 from runs.settings import check_finite
 
 ENGINES = ("ours", "ctranslate2")
@@ -40,26 +44,45 @@ class EvaluationError(UserError):
     """An evaluation whose scores cannot be trusted or written: nothing is written."""
 
 
-def translate_with(cfg: DictConfig, model, tokenizer, srcs: list[str], device, bf16: bool):
-    """Translations by cfg.engine: our search (default) or CTranslate2 (same model, converted)."""
+# Each sentence's n-best (translation, log P(Y) / lp(Y)), best first (nbest > 1 only)
+NBest = list[list[tuple[str, float]]]
+
+
+@contextmanager
+def translator(
+    cfg: DictConfig, model, tokenizer, device, precision: str, progress: bool = True
+) -> Iterator[Callable[[list[str]], tuple[list[str], NBest | None]]]:
+    """srcs -> their translations and (nbest > 1) n-best, by cfg.engine: our search (default)
+    or CTranslate2 (the same model, converted once for every call); progress: a bar (ours)."""
     if cfg.engine == "ctranslate2":
         compute_type = cfg.ctranslate2_compute_type
-        with ctranslate2_translator(model, tokenizer, device, compute_type) as translator:
-            return translate_ctranslate2(
-                translator, tokenizer, srcs, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.min_len
+        with ctranslate2_translator(model, tokenizer, device, compute_type) as engine:
+            yield lambda srcs: (
+                translate_ctranslate2(
+                    engine, tokenizer, srcs, cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.min_len
+                ),
+                None,
             )
-    return translate(
-        model,
-        tokenizer,
-        srcs,
-        device,
-        cfg.beam,
-        cfg.lenpen,
-        cfg.max_len_b,
-        cfg.max_tokens,
-        bf16,
-        cfg.min_len,
-    )
+        return
+    settings = (cfg.beam, cfg.lenpen, cfg.max_len_b, cfg.max_tokens, precision, cfg.min_len)
+
+    def search(srcs: list[str]) -> tuple[list[str], NBest | None]:
+        if cfg.nbest == 1:
+            return translate(model, tokenizer, srcs, device, *settings, progress=progress), None
+        found = translate_nbest(
+            model, tokenizer, srcs, device, *settings, nbest=cfg.nbest, progress=progress
+        )
+        return [hyps[0][0] if hyps else "" for hyps in found], found
+
+    yield search
+
+
+def translate_with(
+    cfg: DictConfig, model, tokenizer, srcs: list[str], device, precision: str
+) -> tuple[list[str], NBest | None]:
+    """Translations of srcs by cfg.engine and, with nbest > 1, their n-best (see translator)."""
+    with translator(cfg, model, tokenizer, device, precision) as search:
+        return search(srcs)
 
 
 def read_sources(cfg: DictConfig) -> tuple[list[str], list[str] | None, str]:
@@ -130,6 +153,7 @@ def check_options(cfg: DictConfig) -> None:
     whole_number(cfg, "beam", 1, f"from 1 (greedy) to {MAX_BEAM} (the paper: 4)")
     if cfg.beam > MAX_BEAM:
         raise UserError(f"beam={cfg.beam}: pass 1 (greedy) to {MAX_BEAM} (the paper: 4)")
+    check_nbest(cfg)
     lenpen = cfg.lenpen
     if (
         isinstance(lenpen, bool)
@@ -153,7 +177,7 @@ def check_options(cfg: DictConfig) -> None:
             "may come first, as the paper's search; 1: no empty translation, as fairseq's)"
         )
     whole_number(cfg, "max_tokens", 1, ">= 1")
-    use_bf16(cfg.precision, torch.device("cpu"))  # checks the name
+    resolve_precision(cfg.precision, torch.device("cpu"))  # checks the name
     if cfg.engine not in ENGINES:
         raise UserError(f"engine={cfg.engine}: pass engine=ours or engine=ctranslate2")
     if cfg.long_inputs not in ("error", "skip"):
@@ -161,6 +185,20 @@ def check_options(cfg: DictConfig) -> None:
     name = str(cfg.name or "")
     if name and (Path(name).name != name or name in (".", "..")):
         raise UserError(f"name={cfg.name}: pass a plain file name (no directories)")
+
+
+def check_nbest(cfg: DictConfig) -> None:
+    """Raise UserError for an nbest the search cannot give: above the beam, or not ours."""
+    whole_number(cfg, "nbest", 1, f"from 1 to beam={cfg.beam} (1: the best translation only)")
+    if cfg.nbest > cfg.beam:
+        raise UserError(
+            f"nbest={cfg.nbest}: pass 1 to beam={cfg.beam} (the search keeps beam hypotheses), "
+            f"or raise beam to at least {cfg.nbest}"
+        )
+    if cfg.nbest > 1 and cfg.engine != "ours":
+        raise UserError(
+            f"nbest={cfg.nbest} needs engine=ours: pass nbest=1 with engine={cfg.engine}"
+        )
 
 
 def check_beam(cfg: DictConfig, tokenizer) -> None:
@@ -266,18 +304,20 @@ def evaluate(cfg: DictConfig) -> dict:
     skipped_indices = sorted(set(range(len(srcs))) - set(kept))  # lines left out, from 0
     srcs = [srcs[i] for i in kept]
     refs = [refs[i] for i in kept] if refs is not None else None
-    bf16 = use_bf16(cfg.precision, device)
-    hyps = translate_with(cfg, model, tokenizer, srcs, device, bf16)
+    precision = resolve_precision(cfg.precision, device)
+    hyps, found = translate_with(cfg, model, tokenizer, srcs, device, precision)
+    nbest = nbest_lines(found, cfg.nbest, kept) if found is not None else None  # ids: line - 1
     hyp_path = run_dir / "eval" / f"{name}.hyp"
     scores = {
         "name": name,
         "checkpoint": tag,
         **checkpoint_record(state),
         "split": None if cfg.src_file else split,
-        **search_record(cfg, bf16, position_override),
+        **search_record(cfg, precision, position_override),
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "hypotheses_sha256": lines_sha256(hyps),  # compare reads the .hyp back, checked
+        **({"nbest_hypotheses": str(hyp_path.with_suffix(".nbest"))} if nbest else {}),
         "skipped": skipped,
         "skipped_indices": skipped_indices,
     }
@@ -285,7 +325,7 @@ def evaluate(cfg: DictConfig) -> dict:
         tgt_lang = state["config"]["data"]["tgt_lang"]
         scores.update(reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang, cfg, device))
     check_scores(scores, run_dir, tag, where)
-    write_evaluation(hyp_path, hyps, scores)
+    write_evaluation(hyp_path, hyps, scores, nbest)
     return scores
 
 
@@ -304,16 +344,20 @@ def check_scores(scores: dict, run_dir: Path, tag: str, where: str) -> None:
         )
 
 
-def write_evaluation(hyp_path: Path, hyps: list[str], scores: dict) -> None:
-    """The hypotheses and the scores' JSON beside them, both or neither (disk full: one line)."""
+def write_evaluation(
+    hyp_path: Path, hyps: list[str], scores: dict, nbest: str | None = None
+) -> None:
+    """The hypotheses, the scores' JSON and the n-best (.nbest, fairseq's H- lines) if given
+    beside them, all or none (disk full: one line)."""
     json_path = hyp_path.with_suffix(".json")
+    texts = {
+        hyp_path: "".join(h + "\n" for h in hyps),
+        json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
+    }
+    if nbest is not None:
+        texts[hyp_path.with_suffix(".nbest")] = nbest
     try:
-        write_texts(
-            {
-                hyp_path: "".join(h + "\n" for h in hyps),
-                json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
-            }
-        )
+        write_texts(texts)
     except OSError as e:
         what = f"{json_path} and its .hyp (nothing was written)"
         error = write_failure(e, what, "evaluate again (or pass run_dir= a copy on another disk)")
@@ -322,7 +366,7 @@ def write_evaluation(hyp_path: Path, hyps: list[str], scores: dict) -> None:
         raise error from e
 
 
-def search_record(cfg: DictConfig, bf16: bool, position_override: dict) -> dict:
+def search_record(cfg: DictConfig, precision: str, position_override: dict) -> dict:
     """The evaluation's inputs and search settings, as its JSON records them."""
     return {
         "src_file": str(Path(cfg.src_file).resolve()) if cfg.src_file else None,
@@ -332,9 +376,10 @@ def search_record(cfg: DictConfig, bf16: bool, position_override: dict) -> dict:
         "max_len_b": cfg.max_len_b,
         "min_len": cfg.min_len,
         "max_input_len": cfg.max_input_len,
-        "precision": "bf16" if bf16 else "fp32",
+        "precision": precision,  # resolved: fp32, bf16 or fp16
         "position_override": position_override,
         "engine": cfg.engine,
+        **({"nbest": cfg.nbest} if cfg.nbest > 1 else {}),  # the 1-best is scored either way
         **(
             {"ctranslate2_compute_type": cfg.ctranslate2_compute_type}
             if cfg.engine == "ctranslate2"
@@ -367,8 +412,34 @@ def reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang: str, cfg, dev
     }
 
 
+# translate=true translates at most this many waiting lines at once: enough for the length-sorted
+# batches of a piped file (a test set's thousands of lines come in a few groups), few enough
+# that the first answers of a long file come in seconds
+STDIN_GROUP = 1024
+
+
+def answer_lines(cfg: DictConfig, search, model, tokenizer, lines: list[str], first: int) -> str:
+    """The output for lines of stdin numbered from first (from 0): a translation each ('' for an
+    empty or skipped line), or with nbest > 1 fairseq's nbest H- lines each."""
+    kept, _ = fitting_lines(
+        model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin", cfg.max_input_len,
+        first=first,
+    )  # fmt: skip
+    hyps, found = search([lines[i] for i in kept])
+    if found is not None:
+        every: NBest = [[] for _ in lines]
+        for i, hyps_i in zip(kept, found, strict=True):
+            every[i] = hyps_i
+        return nbest_lines(every, cfg.nbest, range(first, first + len(lines)))
+    out = [""] * len(lines)
+    for i, text in zip(kept, hyps, strict=True):
+        out[i] = text
+    return "".join(text + "\n" for text in out)
+
+
 def translate_stdin(cfg: DictConfig) -> None:
-    """Translate the lines of stdin to stdout, one line for each (skipped or empty lines: '')."""
+    """Translate stdin to stdout as its lines come (configs/evaluate.yaml, translate): the lines
+    already waiting are searched together, their answers written and flushed in order."""
     for handler in logging.getLogger().handlers:  # stdout carries the translations only
         if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
             handler.setStream(sys.stderr)
@@ -378,15 +449,14 @@ def translate_stdin(cfg: DictConfig) -> None:
     model, tokenizer = rebuild_model(load_run(run_dir, str(cfg.checkpoint))[0], device, run_dir)
     check_beam(cfg, tokenizer)
     apply_position_override(model, cfg)
-    stdin = getattr(sys.stdin, "buffer", None)
-    lines = decode_lines(stdin, "stdin") if stdin else [line.rstrip("\r\n") for line in sys.stdin]
-    kept, _ = fitting_lines(
-        model, tokenizer, lines, None, cfg.max_len_b, cfg.long_inputs, "stdin", cfg.max_input_len
-    )
-    out = [""] * len(lines)
-    hyps = translate_with(
-        cfg, model, tokenizer, [lines[i] for i in kept], device, use_bf16(cfg.precision, device)
-    )
-    for i, text in zip(kept, hyps, strict=True):
-        out[i] = text
-    sys.stdout.write("".join(text + "\n" for text in out))
+    precision = resolve_precision(cfg.precision, device)
+    done = 0
+    # a count of lines on a terminal's stderr, unless stdout is that terminal (the answers show)
+    counter = progress_bar(None, "translate", "line", enabled=not shows_progress(sys.stdout))
+    with translator(cfg, model, tokenizer, device, precision, progress=False) as search, counter:
+        for raw in waiting_lines(sys.stdin, STDIN_GROUP):
+            lines = decode_lines(raw, "stdin", start=done + 1)
+            sys.stdout.write(answer_lines(cfg, search, model, tokenizer, lines, done))
+            sys.stdout.flush()
+            done += len(lines)
+            counter.update(len(lines))

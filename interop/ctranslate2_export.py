@@ -15,7 +15,7 @@ import torch
 from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from interop.ctranslate2_engine import convert_model
-from runs.load import load_run, rebuild_model
+from runs.run import load_run, rebuild_model
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 

@@ -24,8 +24,7 @@ from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
-from runs.load import load_run, rebuild_model
-from runs.record import evaluations, read_segments
+from runs.run import Run, load_run, rebuild_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 
@@ -188,7 +187,7 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 
 def score_lines(run_dir, sha: str | None) -> str:
     """The Markdown table of the run's evaluations of the weights with this sha256."""
-    rows = [e for e in evaluations(run_dir) if sha and e.get("checkpoint_sha256") == sha]
+    rows = [e for e in Run(run_dir).evaluations() if sha and e.get("checkpoint_sha256") == sha]
     rows = [e for e in rows if e.get("bleu") is not None]
     if not rows:
         return f"none yet: `python evaluate.py run_dir={Path(run_dir).resolve()} split=test`"
@@ -203,7 +202,7 @@ def score_lines(run_dir, sha: str | None) -> str:
 
 def model_card(model, state: dict, tag: str, run_dir) -> str:
     """README.md of an exported folder: what was trained, on what, and how it scores."""
-    data, segments = state["config"]["data"], read_segments(run_dir)
+    data, segments = state["config"]["data"], Run(run_dir).segments()
     return MODEL_CARD.format(
         name=Path(run_dir).resolve().name,
         src=data["src_lang"],

@@ -184,7 +184,6 @@ def _drop_rows(
     return beam_rows, src_keep[kept_rows]
 
 
-@torch.inference_mode()
 def beam_search(
     model: Transformer,
     src: torch.Tensor,
@@ -197,22 +196,57 @@ def beam_search(
 ) -> list[list[int]]:
     """The best hypothesis by log P(Y) / lp(Y) for each source in src [B, S]; EOS stripped.
 
-    Batched over sentences and beams, as tensor2tensor's beam search (the paper's): each step
-    takes the 2K best extensions of the K live beams; those ending in EOS join a sentence's K
-    best finished hypotheses (by normalized score), the K best others live on. A sentence stops
-    when no live beam can beat its best finished one (log-probabilities only fall, so a live
-    beam can at best reach its log P / lp(max length)) and then leaves the batch. A beam of one
-    is greedy search. min_len: see the module docstring.
+    A beam of one is greedy search; wider beams are beam_search_nbest's best (§6.1).
     """
     if beam_size == 1:
         return greedy_search(model, src, bos_id, eos_id, max_len_b, min_len)
+    found = beam_search_nbest(model, src, bos_id, eos_id, beam_size, alpha, max_len_b, min_len)
+    return [hyps[0][0] for hyps in found]
+
+
+def _best_finished(
+    finished: torch.Tensor, finished_score: torch.Tensor, nbest: int, eos_id: int
+) -> list[tuple[list[int], float]]:
+    """One sentence's nbest finished hypotheses [K, T] (EOS stripped) and scores [K], best
+    first; the first always, the others only where one finished (finite score)."""
+    scores = finished_score[:nbest].tolist()
+    return [
+        (_strip(finished[j, 1:].tolist(), eos_id), scores[j])
+        for j in range(nbest)
+        if j == 0 or scores[j] > float("-inf")
+    ]
+
+
+@torch.inference_mode()
+def beam_search_nbest(
+    model: Transformer,
+    src: torch.Tensor,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_b: int = 50,
+    min_len: int = 0,
+    nbest: int = 1,
+) -> list[list[tuple[list[int], float]]]:
+    """The nbest (<= beam_size) hypotheses and their log P(Y) / lp(Y) per source, best first.
+
+    Batched over sentences and beams, as tensor2tensor's beam search (the paper's): each step
+    takes the 2K best extensions of the K live beams; those ending in EOS join a sentence's K
+    best finished hypotheses (by normalized score), the K best others live on. A sentence stops
+    when no live beam can beat its nbest-th finished one (log-probabilities only fall, so a live
+    beam can at best reach its log P / lp(max length)) and then leaves the batch; with nbest=1
+    that is the paper's early stop. min_len: see the module docstring.
+    """
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest={nbest} must be from 1 to beam_size={beam_size}")
     k = beam_size
     memory, src_keep = model.encode(src)
     max_lens = max_output_lengths(src_keep, max_len_b)  # [N]
     n_src, device = src.size(0), src.device
     cache = model.new_cache(memory, repeat=k)  # encoder keys/values projected once per sentence
     src_keep = src_keep.repeat_interleave(k, dim=0)  # [N * K, S]
-    best: list[list[int]] = [[] for _ in range(n_src)]
+    best: list[list[tuple[list[int], float]]] = [[([], float("-inf"))] for _ in range(n_src)]
 
     sentence = torch.arange(n_src, device=device)  # active row -> its index in src
     # alive [N, K, 1], alive_logp [N, K], finished [N, K, 1], finished_score [N, K]
@@ -229,9 +263,9 @@ def beam_search(
         alive, alive_logp, beam_rows = _keep_alive(extended, top_logp, top_beam, is_eos, k)
 
         best_possible = alive_logp.max(dim=1).values / length_penalty(max_lens, alpha)  # [N]
-        done = finished_score[:, 0] >= best_possible  # [N]
+        done = finished_score[:, nbest - 1] >= best_possible  # [N]
         for i in done.nonzero()[:, 0].tolist():
-            best[int(sentence[i])] = _strip(finished[i, 0, 1:].tolist(), eos_id)
+            best[int(sentence[i])] = _best_finished(finished[i], finished_score[i], nbest, eos_id)
         if bool(done.all()):
             break
         if bool(done.any()):  # finished sentences leave the batch

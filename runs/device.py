@@ -1,4 +1,4 @@
-"""Where to run and in which precision (the device name, bf16 autocast), and what machine it is."""
+"""Where to run and in which precision (device name; bf16/fp16 autocast), and on what machine."""
 
 import platform
 from pathlib import Path
@@ -37,17 +37,30 @@ def resolve_device(name: str, local_rank: int = 0, key: str = "device") -> torch
     return device
 
 
-def use_bf16(precision: str, device: torch.device, key: str = "precision") -> bool:
-    """bf16 autocast for precision bf16, or auto on a bf16 GPU; float32 otherwise (CPU: fp32).
+# The autocast dtype of each resolved precision; fp32 runs without autocast.
+AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-    On a CPU, bf16 is opt-in: results then differ from float32 within seed noise (README). key
-    names the setting in the error (trainer.precision for training).
+
+def resolve_precision(precision: str, device: torch.device, key: str = "precision") -> str:
+    """What precision (auto, bf16, fp16 or fp32) resolves to on device: "bf16", "fp16" or "fp32".
+
+    auto: bf16 on a GPU that has it, fp16 (with a gradient scaler in training) on one that has
+    not, float32 on a CPU: there bf16 and fp16 are opt-in, and then differ from float32 within
+    seed noise (README). key names the setting in the error (trainer.precision for training).
     """
-    if precision not in ("auto", "bf16", "fp32"):
-        raise UserError(f"{key}={precision}: pass auto, bf16 or fp32")
-    if precision == "auto":
-        return device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return precision == "bf16"
+    if precision not in ("auto", *AUTOCAST_DTYPES):
+        raise UserError(f"{key}={precision}: pass auto, bf16, fp16 or fp32")
+    if precision != "auto":
+        return precision
+    if device.type != "cuda":
+        return "fp32"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def autocast(device: torch.device, precision: str):
+    """torch.autocast to a resolved precision's dtype on device ("fp32": autocast off)."""
+    dtype = AUTOCAST_DTYPES[precision]
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
 
 
 def use_cuda_device(device: torch.device) -> None:

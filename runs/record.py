@@ -15,10 +15,8 @@ import time
 import uuid
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from common.errors import UserError
-from common.files import read_json, write_json
+from common.files import write_json
 
 SEGMENTS_FILE = "segments.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -49,18 +47,28 @@ def code_version(root: Path = PROJECT_ROOT) -> str:
     return f"{commit} + uncommitted changes ({len(changed.splitlines())} files)"
 
 
-def read_segments(run_dir: str | Path) -> list[dict]:
-    """The segments recorded in run_dir (none for a new run)."""
+def read_record(run_dir: str | Path) -> dict:
+    """segments.json's content ({"segments": []} for a new run)."""
     path = Path(run_dir) / SEGMENTS_FILE
     if not path.is_file():
-        return []
+        return {"segments": []}
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise UserError(f"{path} is not valid JSON ({e.msg}): restore it or move it away") from e
     if not isinstance(record, dict) or not isinstance(record.get("segments"), list):
         raise UserError(f"{path} holds no list of segments: restore it or move it away")
-    return record["segments"]
+    return record
+
+
+def read_segments(run_dir: str | Path) -> list[dict]:
+    """The segments recorded in run_dir (none for a new run)."""
+    return read_record(run_dir)["segments"]
+
+
+def read_run_id(run_dir: str | Path) -> str | None:
+    """The run id its first launch recorded (None: none recorded, a run older than ids)."""
+    return read_record(run_dir).get("run_id")
 
 
 def _now() -> str:
@@ -74,9 +82,12 @@ def start_segment(
     changes: list[str],
     hardware: str | None = None,
     code: str | None = None,
+    run_id: str | None = None,
 ) -> int:
-    """Append the entry of the segment starting now; return its index."""
-    segments = read_segments(run_dir)
+    """Append the entry of the segment starting now; return its index. run_id: the run's
+    identity from its content (runs.run.run_id): every launch of one run derives the same."""
+    record = read_record(run_dir)
+    segments = record["segments"]
     segments.append(
         {
             "segment": len(segments) + 1,
@@ -96,7 +107,8 @@ def start_segment(
             "outcome": "running (or killed)",
         }
     )
-    write_json(Path(run_dir) / SEGMENTS_FILE, {"segments": segments})
+    run_id = run_id or record.get("run_id")
+    write_json(Path(run_dir) / SEGMENTS_FILE, {"run_id": run_id, "segments": segments})
     return len(segments) - 1
 
 
@@ -104,21 +116,8 @@ def end_segment(
     run_dir: str | Path, index: int, end_step: int, wall_seconds: float, outcome: str
 ) -> None:
     """Complete segment index's entry: the step it reached, its time, how it ended."""
-    segments = read_segments(run_dir)
-    segments[index].update(
+    record = read_record(run_dir)
+    record["segments"][index].update(
         ended=_now(), end_step=end_step, wall_seconds=round(wall_seconds, 1), outcome=outcome
     )
-    write_json(Path(run_dir) / SEGMENTS_FILE, {"segments": segments})
-
-
-def trained_config(run_dir: str | Path) -> dict:
-    """A run's .hydra/config.yaml, resolved; run_dir (Hydra's output folder, which train.py keeps
-    unresolved) is the folder the run is read from."""
-    config = OmegaConf.load(Path(run_dir) / ".hydra" / "config.yaml")
-    config.run_dir = str(run_dir)
-    return OmegaConf.to_container(config, resolve=True)
-
-
-def evaluations(run_dir: str | Path) -> list[dict]:
-    """The run's evaluations (eval/<name>.json, as evaluate.py wrote them), by name."""
-    return [read_json(path) for path in sorted((Path(run_dir) / "eval").glob("*.json"))]
+    write_json(Path(run_dir) / SEGMENTS_FILE, record)

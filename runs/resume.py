@@ -19,7 +19,7 @@ from data.corpus import loads_multi30k
 
 # Where files go, how often the run logs, saves and validates, threads, device and compilation,
 # and when it stops (a stop below the checkpoint's step is refused by the trainer).
-# trainer.precision is compared as the precision it resolved to ("bf16"/"fp32"), not its name.
+# trainer.precision is compared as the precision it resolved to (bf16/fp16/fp32), not its name.
 KEEP_THE_MATH = (
     "run_dir",
     "cache_dir",
@@ -91,7 +91,7 @@ def check_resume(
     """The allowed changes ('key: old -> new') of resuming state with config.
 
     config: the new resolved config, its corpus paths absolute as the checkpoint stores them.
-    precision: what trainer.precision resolved to ("bf16" or "fp32"); world_size: processes.
+    precision: what trainer.precision resolved to ("bf16", "fp16" or "fp32"); world_size: processes.
     Every refused difference is named in one ResumeError.
     """
     refused, allowed = setting_differences(state.get("config") or {}, config)

@@ -2,11 +2,14 @@
 
 A zero or negative count (`trainer.eval_every=0` divides by zero at step 1; `max_steps=-1`
 or `update_freq=-1` would end a "complete" run of 0 steps) is a SettingError here, at the
-boundary, rather than a traceback or a silent nonsense result later.
+boundary, rather than a traceback or a silent nonsense result later. LauncherGpuCheck refuses a
+SLURM sweep whose jobs get no GPU while trainer.device wants one, before anything is submitted.
 """
 
 import math
+import sys
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from common.errors import UserError
@@ -140,3 +143,52 @@ def check_training_settings(cfg: DictConfig) -> None:
             raise SettingError(f"{key}={value}: pass true or false")
     if cfg.optim.clip_norm is not None:
         _check("optim.clip_norm", cfg.optim.clip_norm, 1e-12, True, False, "null: no clipping")
+
+
+def slurm_gpus_requested(launcher: DictConfig) -> bool:
+    """Whether a submitit SLURM launcher config asks for GPUs (a count, a gpu gres, an extra)."""
+    extra = launcher.get("additional_parameters") or {}
+    counts = [launcher.get(key) for key in ("gpus_per_node", "gpus_per_task")]
+    counts += [extra.get(key) for key in ("gpus", "gpus_per_node", "gpus_per_task")]
+    gres = f"{launcher.get('gres') or ''} {extra.get('gres') or ''}"
+    return any(counts) or "gpu" in gres
+
+
+def check_launcher_gpus(launcher: DictConfig, device, name: str | None = None) -> None:
+    """SettingError for a SLURM launcher that asks for no GPU while trainer.device is not cpu.
+
+    trainer.device=auto would train each job on its node's CPUs without a word (the plugin's own
+    hydra/launcher=submitit_slurm asks for none), cuda would fail in every job. name: the
+    launcher's config choice, for the message.
+    """
+    target = str(launcher.get("_target_") or "")
+    if not target.endswith("SlurmLauncher") or str(device).split(":")[0] == "cpu":
+        return
+    if slurm_gpus_requested(launcher):
+        return
+    outcome = "train on its node's CPUs" if str(device) == "auto" else "fail without a GPU"
+    gpus = launcher.get("gpus_per_node")
+    raise SettingError(
+        f"hydra/launcher={name or target} asks SLURM for no GPU (hydra.launcher.gpus_per_node="
+        f"{'null' if gpus is None else gpus}) but trainer.device={device}: every job would "
+        f"{outcome}; pass hydra.launcher.gpus_per_node=<n> hydra.launcher.tasks_per_node=<n> (one "
+        "task per GPU, as hydra/launcher=slurm does), or trainer.device=cpu to train on CPUs"
+    )
+
+
+class LauncherGpuCheck(Callback):
+    """A Hydra callback: check_launcher_gpus before a sweep submits anything, one `error:` line.
+
+    It exits with status 1; configs/train.yaml installs it before RunDirectoryCheck, which makes
+    the sweep folder, so a refused sweep leaves the disk as it was.
+    """
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        choice = OmegaConf.select(config, "hydra.runtime.choices", default=None) or {}
+        try:
+            check_launcher_gpus(
+                config.hydra.launcher, config.trainer.device, choice.get("hydra/launcher")
+            )
+        except SettingError as e:
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(1)

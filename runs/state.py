@@ -1,4 +1,4 @@
-"""The training state: model, optimizer, schedule, sampler, every rank's RNG and the counters.
+"""The training state: model, optimizer, schedule, sampler, fp16's scaler, RNG and the counters.
 
 ``TrainingState`` lists every field a resumed run needs once: ``state_dict()`` saves them,
 ``load_state_dict()`` restores them, so a checkpoint and a resume cannot drift apart.
@@ -61,9 +61,14 @@ class TrainingState:
     step: int = 0
     best_ppl: float = math.inf
     tokens_seen: int = 0
+    scaler: torch.amp.GradScaler | None = None  # fp16's loss scale (None: bf16, fp32)
 
     PARTS = ("model", "optimizer", "schedule", "sampler")
     COUNTERS = ("step", "best_ppl", "tokens_seen")
+
+    def parts(self) -> tuple[str, ...]:
+        """The parts whose state_dicts a checkpoint holds: PARTS, and the scaler under fp16."""
+        return self.PARTS + (("scaler",) if self.scaler is not None else ())
 
     def state_dict(self, all_ranks: bool = True) -> dict:
         """Tensors and plain values only, so the checkpoint loads with weights_only=True.
@@ -71,13 +76,13 @@ class TrainingState:
         all_ranks: every rank's RNG, gathered (under DDP every rank calls it); False: this
         rank's alone (best.pt, which rank 0 writes by itself and no run resumes from).
         """
-        state = {name: getattr(self, name).state_dict() for name in self.PARTS}
+        state = {name: getattr(self, name).state_dict() for name in self.parts()}
         state |= {name: getattr(self, name) for name in self.COUNTERS}
         return state | {"rng": rng_state(self.device, self.world if all_ranks else 1)}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what state_dict() saved (the model's weights included)."""
-        for name in self.PARTS:
+        for name in self.parts():  # a resume keeps the precision (runs/resume.py): the scaler too
             getattr(self, name).load_state_dict(state[name])
         for name in self.COUNTERS:
             setattr(self, name, state[name])

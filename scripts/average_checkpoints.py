@@ -17,14 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from common.errors import report_user_errors
 from runs.checkpoint import (
-    STEP_FILE,
     CheckpointError,
     average_checkpoints,
     save_checkpoint,
-    step_checkpoints,
 )
-
-TRAINING_NAMES = ("last.pt", "best.pt")
+from runs.run import Run, training_file_name
 
 
 def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) -> list[Path]:
@@ -36,10 +33,11 @@ def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) 
         return inputs
     if last < 1:
         raise CheckpointError(f"--last {last}: pass a positive number of checkpoints")
-    ckpt_dir = run_dir / "checkpoints"
+    run = Run(run_dir)
+    ckpt_dir = run.checkpoints
     if not ckpt_dir.is_dir():
         raise CheckpointError(f"{run_dir} has no checkpoints/ directory: is it a training run?")
-    paths = step_checkpoints(ckpt_dir)[-last:]
+    paths = run.step_checkpoints()[-last:]
     if len(paths) < last:
         raise CheckpointError(
             f"--last {last}: only {len(paths)} step checkpoints in {ckpt_dir}; pass a smaller N"
@@ -64,7 +62,7 @@ def check_distinct(paths: list[Path]) -> None:
 
 def write_average(paths: list[Path], out: Path) -> dict:
     """Average the model weights of paths and write the result to out atomically; return it."""
-    if out.name in TRAINING_NAMES or STEP_FILE.search(out.name):
+    if training_file_name(out.name):
         raise CheckpointError(
             f"--out {out}: step_<n>.pt, last.pt and best.pt are training's own names; pick another"
         )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from evaluation.plots import figure, save, variant_colours, variant_rank
 from evaluation.statistics import (
     RATIO_EQUIVALENCE_MARGIN,
+    Power,
     difference_over_seeds,
     paired_equivalence,
     paired_power,
@@ -15,6 +16,7 @@ from evaluation.statistics import (
 from studies.cells import (
     POWER_NOTE,
     SURVIVORS_NOTE,
+    Interval,
     cell,
     equivalence_cell,
     holm_by_family,
@@ -40,83 +42,171 @@ EQUIVALENCE_NOTE = (
 )
 
 
+@dataclass(frozen=True)
+class BucketSize:
+    """A source-length bucket: its words (beyond: past the short runs' L) and sentences."""
+
+    bucket: str
+    low: int
+    high: int
+    beyond: bool
+    n: int
+
+
+@dataclass(frozen=True)
+class BucketRatio:
+    """One variant at one bucket (buckets.json "rows"): short and control BLEU over seeds, their
+    ratio, per seed and over the in-range bucket's; the output lengths of both conditions and
+    the ratio with the brevity penalties divided out (each filled in by bucket_table)."""
+
+    variant: str
+    bucket: str
+    low: int
+    high: int
+    beyond: bool
+    n: int
+    short: Interval
+    control: Interval
+    ratio: float | None  # short mean / control mean
+    ratio_by_seed: dict[str, float]
+    ratio_paired: Interval
+    short_seeds: list[int]
+    control_seeds: list[int]
+    over_in_range_by_seed: dict[str, float] = field(default_factory=dict)
+    over_in_range: Interval | None = None
+    short_length_ratio: Interval | None = None
+    short_length_ratio_by_seed: dict[str, float] = field(default_factory=dict)
+    control_length_ratio: Interval | None = None
+    control_length_ratio_by_seed: dict[str, float] = field(default_factory=dict)
+    short_bp: Interval | None = None
+    short_bp_by_seed: dict[str, float] = field(default_factory=dict)
+    control_bp: Interval | None = None
+    control_bp_by_seed: dict[str, float] = field(default_factory=dict)
+    ratio_without_bp_by_seed: dict[str, float] = field(default_factory=dict)
+    ratio_without_bp: Interval | None = None
+
+
+@dataclass(frozen=True)
+class BucketDifference:
+    """One variant minus the baseline at one bucket, by seed: each of DIFFERENCE_KEYS
+    (evaluation.statistics' dicts, Holm p added), power and TOST of the Δ ratio."""
+
+    variant: str
+    bucket: str
+    low: int
+    high: int
+    beyond: bool
+    n: int
+    baseline: str
+    ratio: dict
+    over_in_range: dict
+    ratio_without_bp: dict
+    short_length_ratio: dict
+    power: Power
+    equivalence: dict
+
+
+@dataclass(frozen=True)
+class BucketTable:
+    """buckets.json: the short condition against its control, bucket by bucket."""
+
+    max_words: int | None
+    bucket_width: int
+    in_range: str | None  # the last bucket within the training lengths
+    rows: list[BucketRatio]
+    differences: list[BucketDifference]
+
+
 def bucket_cells(
     records: list[StudyRecord], score: str = "bleu"
-) -> tuple[dict[tuple, dict[int, float | None]], dict]:
+) -> tuple[dict[tuple, dict[int, float | None]], dict[str, BucketSize]]:
     """A score by (variant, bucket, condition) and seed of the short and all runs (None where a
     record lacks it); bucket sizes."""
     cells: dict[tuple, dict[int, float | None]] = {}
-    sizes: dict[str, dict] = {}
+    sizes: dict[str, BucketSize] = {}
     for record in records:
         if record.condition not in ("short", "all"):
             continue
         for b in record.by_bucket:
-            key = (record.variant, b["bucket"], record.condition)
-            cells.setdefault(key, {})[record.seed] = b.get(score)
-            sizes[b["bucket"]] = {k: b[k] for k in ("bucket", "low", "high", "beyond", "n")}
+            key = (record.variant, b.bucket, record.condition)
+            cells.setdefault(key, {})[record.seed] = getattr(b, score)
+            sizes[b.bucket] = BucketSize(b.bucket, b.low, b.high, b.beyond, b.n)
     return cells, sizes
 
 
-def add_lengths(rows: list[dict], records: list[StudyRecord]) -> None:
-    """Each row's length ratio and brevity penalty over seeds, short and control (LENGTH_KEYS)."""
+def add_lengths(rows: list[BucketRatio], records: list[StudyRecord]) -> list[BucketRatio]:
+    """Each row with the short and control runs' length ratio and brevity penalty over seeds
+    (LENGTH_KEYS), and the ratio without the brevity penalty."""
     for score in LENGTH_KEYS:
         cells, _ = bucket_cells(records, score)
-        for row in rows:
-            for condition, name in (("short", "short"), ("all", "control")):
-                values = cells.get((row["variant"], row["bucket"], condition), {})
-                kept = {str(seed): v for seed, v in values.items() if v is not None}
-                row[f"{name}_{score}"] = interval(list(kept.values()))
-                row[f"{name}_{score}_by_seed"] = kept
-    for row in rows:
-        add_ratio_without_bp(row)
+        rows = [replace(row, **length_fields(row, cells, score)) for row in rows]
+    return [with_ratio_without_bp(row) for row in rows]
 
 
-def add_ratio_without_bp(row: dict) -> None:
+def length_fields(row: BucketRatio, cells: dict[tuple, dict], score: str) -> dict:
+    """A row's short_<score>, control_<score> (over seeds) and each one's _by_seed values."""
+    fields = {}
+    for condition, name in (("short", "short"), ("all", "control")):
+        values = cells.get((row.variant, row.bucket, condition), {})
+        kept = {str(seed): v for seed, v in values.items() if v is not None}
+        fields[f"{name}_{score}"] = interval(list(kept.values()))
+        fields[f"{name}_{score}_by_seed"] = kept
+    return fields
+
+
+def with_ratio_without_bp(row: BucketRatio) -> BucketRatio:
     """The kept share with each side's brevity penalty divided out, per seed that has both BPs:
     BLEU / BP is the geometric mean of the n-gram precisions (Papineni et al. 2002), so
     what is left of a drop here is not the outputs' length (the end-of-sentence prior)."""
-    short, control = row["short_bp_by_seed"], row["control_bp_by_seed"]
-    row["ratio_without_bp_by_seed"] = {
+    short, control = row.short_bp_by_seed, row.control_bp_by_seed
+    by_seed = {
         seed: round(ratio * control[seed] / short[seed], 4)
-        for seed, ratio in row["ratio_by_seed"].items()
+        for seed, ratio in row.ratio_by_seed.items()
         if short.get(seed) and control.get(seed)
     }
-    row["ratio_without_bp"] = interval(list(row["ratio_without_bp_by_seed"].values()))
+    return replace(
+        row, ratio_without_bp_by_seed=by_seed, ratio_without_bp=interval(list(by_seed.values()))
+    )
 
 
-def bucket_row(variant: str, size: dict, short: dict, control: dict) -> dict:
+def bucket_row(variant: str, size: BucketSize, short: dict, control: dict) -> BucketRatio:
     """One variant at one bucket: short and control BLEU over seeds, their ratio, paired too."""
     short_iv, control_iv = interval(list(short.values())), interval(list(control.values()))
     ratio = None
-    if short_iv["mean"] is not None and control_iv["mean"]:
-        ratio = round(short_iv["mean"] / control_iv["mean"], 4)
+    if short_iv.mean is not None and control_iv.mean:
+        ratio = round(short_iv.mean / control_iv.mean, 4)
     paired = {
         str(s): round(short[s] / control[s], 4)
         for s in sorted(set(short) & set(control))
         if short[s] is not None and control[s]
     }
-    return (
-        {"variant": variant}
-        | size
-        | {"short": short_iv, "control": control_iv, "ratio": ratio}
-        | {"ratio_by_seed": paired, "ratio_paired": interval(list(paired.values()))}
-        | {"short_seeds": sorted(short), "control_seeds": sorted(control)}
+    return BucketRatio(
+        variant,
+        **asdict(size),
+        short=short_iv,
+        control=control_iv,
+        ratio=ratio,
+        ratio_by_seed=paired,
+        ratio_paired=interval(list(paired.values())),
+        short_seeds=sorted(short),
+        control_seeds=sorted(control),
     )
 
 
-def add_over_in_range(rows: list[dict], in_range: dict | None) -> None:
+def add_over_in_range(rows: list[BucketRatio], in_range: BucketSize | None) -> list[BucketRatio]:
     """Each row's ratio per seed over that seed's ratio at the in-range bucket, and its interval."""
-    reference = {
-        r["variant"]: r["ratio_by_seed"]
-        for r in rows
-        if r["bucket"] == (in_range or {}).get("bucket")
-    }
+    name = None if in_range is None else in_range.bucket
+    reference = {r.variant: r.ratio_by_seed for r in rows if r.bucket == name}
+    added = []
     for row in rows:
-        ref = reference.get(row["variant"], {})
-        row["over_in_range_by_seed"] = {
-            s: round(v / ref[s], 4) for s, v in row["ratio_by_seed"].items() if ref.get(s)
-        }
-        row["over_in_range"] = interval(list(row["over_in_range_by_seed"].values()))
+        ref = reference.get(row.variant, {})
+        by_seed = {s: round(v / ref[s], 4) for s, v in row.ratio_by_seed.items() if ref.get(s)}
+        added.append(
+            replace(
+                row, over_in_range_by_seed=by_seed, over_in_range=interval(list(by_seed.values()))
+            )
+        )
+    return added
 
 
 def by_seed(values: dict[str, float]) -> dict[int, float]:
@@ -124,38 +214,37 @@ def by_seed(values: dict[str, float]) -> dict[int, float]:
     return {int(s): v for s, v in values.items()}
 
 
-def bucket_difference(row: dict, base: dict) -> dict:
+def bucket_difference(row: BucketRatio, base: BucketRatio) -> BucketDifference:
     """One variant minus the baseline at one bucket, by seed (DIFFERENCE_KEYS); the Δ ratio 80%
     power detects ("power") and its TOST at ±RATIO_EQUIVALENCE_MARGIN ("equivalence")."""
-    ratios = by_seed(base["ratio_by_seed"]), by_seed(row["ratio_by_seed"])
-    return (
-        {k: row[k] for k in ("variant", "bucket", "low", "high", "beyond", "n")}
-        | {"baseline": base["variant"]}
-        | {
-            key: difference_over_seeds(
-                by_seed(base[f"{key}_by_seed"]), by_seed(row[f"{key}_by_seed"])
-            )
-            for key in DIFFERENCE_KEYS
-        }
-        | {"power": asdict(paired_power(*ratios))}
-        | {"equivalence": asdict(paired_equivalence(*ratios, RATIO_EQUIVALENCE_MARGIN))}
-    )
+    ratios = by_seed(base.ratio_by_seed), by_seed(row.ratio_by_seed)
+    tests = {
+        key: difference_over_seeds(
+            by_seed(getattr(base, f"{key}_by_seed")), by_seed(getattr(row, f"{key}_by_seed"))
+        )
+        for key in DIFFERENCE_KEYS
+    }
+    return BucketDifference(
+        row.variant, row.bucket, row.low, row.high, row.beyond, row.n, base.variant, **tests,
+        power=paired_power(*ratios),
+        equivalence=asdict(paired_equivalence(*ratios, RATIO_EQUIVALENCE_MARGIN)),
+    )  # fmt: skip
 
 
-def bucket_differences(rows: list[dict], baseline: str) -> list[dict]:
+def bucket_differences(rows: list[BucketRatio], baseline: str) -> list[BucketDifference]:
     """Every variant minus the baseline per bucket (bucket_difference), each column's p and the
     equivalence p Holm-adjusted within the family of one bucket."""
-    base = {r["bucket"]: r for r in rows if r["variant"] == baseline}
+    base = {r.bucket: r for r in rows if r.variant == baseline}
     differences = [
-        bucket_difference(row, base[row["bucket"]])
+        bucket_difference(row, base[row.bucket])
         for row in rows
-        if row["variant"] != baseline and row["bucket"] in base
+        if row.variant != baseline and row.bucket in base
     ]
-    holm_by_family(differences, lambda d: (d["bucket"],), (*DIFFERENCE_KEYS, "equivalence"))
+    holm_by_family(differences, lambda d: (d.bucket,), (*DIFFERENCE_KEYS, "equivalence"))
     return differences
 
 
-def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> dict:
+def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> BucketTable:
     """The short condition against its control (all lengths), bucket by bucket, with counts.
 
     Per variant and bucket: BLEU mean over seeds in each condition, their ratio (short /
@@ -177,36 +266,33 @@ def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> di
             cells.get((variant, name, "all"), {}),
         )
         for variant in variants
-        for name, size in sorted(sizes.items(), key=lambda item: item[1]["low"])
+        for name, size in sorted(sizes.items(), key=lambda item: item[1].low)
     ]
-    in_range = max(
-        (s for s in sizes.values() if not s["beyond"]), key=lambda s: s["low"], default=None
+    in_range = max((s for s in sizes.values() if not s.beyond), key=lambda s: s.low, default=None)
+    rows = add_lengths(add_over_in_range(rows, in_range), records)
+    return BucketTable(
+        max_words=max_words,
+        bucket_width=BUCKET_WIDTH,
+        in_range=None if in_range is None else in_range.bucket,
+        rows=rows,
+        differences=bucket_differences(rows, baseline),
     )
-    add_over_in_range(rows, in_range)
-    add_lengths(rows, records)
-    return {
-        "max_words": max_words,
-        "bucket_width": BUCKET_WIDTH,
-        "in_range": (in_range or {}).get("bucket"),
-        "rows": rows,
-        "differences": bucket_differences(rows, baseline),
-    }
 
 
-def row_start(row: dict) -> str:
+def row_start(row: BucketRatio | BucketDifference) -> str:
     """A Markdown row's first cells: variant, bucket (* beyond the training lengths), sentences."""
-    return f"| {row['variant']} | {row['bucket']}{'*' if row['beyond'] else ''} | {row['n']}"
+    return f"| {row.variant} | {row.bucket}{'*' if row.beyond else ''} | {row.n}"
 
 
-def bucket_markdown(table: dict) -> str:
+def bucket_markdown(table: BucketTable) -> str:
     """buckets.md: short-trained BLEU over the all-lengths control, per bucket, with counts."""
     lines = [
-        f"# Trained on <= {table['max_words']} source words vs all lengths (the control)",
+        f"# Trained on <= {table.max_words} source words vs all lengths (the control)",
         "",
-        f"test_2016_flickr + validation, BLEU per source-length bucket ({table['bucket_width']} "
+        f"test_2016_flickr + validation, BLEU per source-length bucket ({table.bucket_width} "
         "words; * = beyond the short runs' training lengths), mean over seeds; ratio = short / "
         "control (and its mean over paired seeds [95% interval]); ÷ in-range = each seed's "
-        f"ratio over its ratio at {table['in_range']} words, the last bucket within the "
+        f"ratio over its ratio at {table.in_range} words, the last bucket within the "
         "training lengths, so what a variant loses or gains there already is not read as "
         "extrapolation.",
         "",
@@ -214,21 +300,21 @@ def bucket_markdown(table: dict) -> str:
         "| ÷ in-range |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    if not table["rows"]:
+    if not table.rows:
         return "\n".join(lines[:4] + ["No run of the short condition is scored yet."]) + "\n"
-    lines[4:4] = survivor_lines(table["differences"])
-    for row in table["rows"]:
-        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.3f}"
+    lines[4:4] = survivor_lines(table.differences)
+    for row in table.rows:
+        ratio = "—" if row.ratio is None else f"{row.ratio:.3f}"
         lines.append(
-            f"{row_start(row)} | {cell(row['short'])} "
-            f"| {cell(row['control'])} | {ratio} | {cell(row['ratio_paired'], 3)} "
-            f"| {cell(row['over_in_range'], 3)} |"
+            f"{row_start(row)} | {cell(row.short)} "
+            f"| {cell(row.control)} | {ratio} | {cell(row.ratio_paired, 3)} "
+            f"| {cell(row.over_in_range, 3)} |"
         )
     lines += length_lines(table)
-    if table["differences"]:
+    if table.differences:
         lines += [
             "",
-            f"## Each variant's ratio minus {table['differences'][0]['baseline']}'s, per bucket",
+            f"## Each variant's ratio minus {table.differences[0].baseline}'s, per bucket",
             "",
             "short / control per seed, the variant's minus the baseline's, paired by seed over the "
             "seeds both ran (Welch over all seeds where fewer than two are shared), with the 95% "
@@ -247,27 +333,27 @@ def bucket_markdown(table: dict) -> str:
             f"| Δ ratio within ±{RATIO_EQUIVALENCE_MARGIN:g}: TOST p (Holm), smallest margin |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
-    for diff in table["differences"]:
+    for diff in table.differences:
         lines.append(
-            f"{row_start(diff)} | {seeds_cell(diff['ratio'])} | {signed_cell(diff['ratio'], 3)} "
-            f"| {signed_cell(diff['over_in_range'], 3)} "
-            f"| {signed_cell(diff['ratio_without_bp'], 3)} "
-            f"| {signed_cell(diff['short_length_ratio'], 3)} | {power_cell(diff['power'], 3)} "
-            f"| {equivalence_cell(diff['equivalence'], 3)} |"
+            f"{row_start(diff)} | {seeds_cell(diff.ratio)} | {signed_cell(diff.ratio, 3)} "
+            f"| {signed_cell(diff.over_in_range, 3)} "
+            f"| {signed_cell(diff.ratio_without_bp, 3)} "
+            f"| {signed_cell(diff.short_length_ratio, 3)} | {power_cell(diff.power, 3)} "
+            f"| {equivalence_cell(diff.equivalence, 3)} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def survivor_label(diff: dict) -> str:
+def survivor_label(diff: BucketDifference) -> str:
     """A bucket difference named in words: variant, bucket (* beyond L), sentences."""
-    return f"{diff['variant']} at {diff['bucket']}{'*' if diff['beyond'] else ''} ({diff['n']})"
+    return f"{diff.variant} at {diff.bucket}{'*' if diff.beyond else ''} ({diff.n})"
 
 
-def survivor_lines(differences: list[dict]) -> list[str]:
+def survivor_lines(differences: list[BucketDifference]) -> list[str]:
     """buckets.md's summary: which bucket differences and equivalences survive Holm."""
     if not differences:
         return []
-    baseline = differences[0]["baseline"]
+    baseline = differences[0].baseline
     columns = (
         ("ratio", f"Δ ratio (short / control) minus {baseline}'s", 3),
         ("over_in_range", "Δ ratio ÷ in-range", 3),
@@ -284,7 +370,7 @@ def survivor_lines(differences: list[dict]) -> list[str]:
     ]
 
 
-def length_lines(table: dict) -> list[str]:
+def length_lines(table: BucketTable) -> list[str]:
     """buckets.md's table of length ratios and brevity penalties, short vs control."""
     lines = [
         "",
@@ -302,12 +388,12 @@ def length_lines(table: dict) -> list[str]:
         "| ratio without BP |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for row in table["rows"]:
+    for row in table.rows:
         lines.append(
-            f"{row_start(row)} | {cell(row['short_length_ratio'], 3)} "
-            f"| {cell(row['control_length_ratio'], 3)} "
-            f"| {cell(row['short_bp'], 3)} | {cell(row['control_bp'], 3)} "
-            f"| {cell(row['ratio_without_bp'], 3)} |"
+            f"{row_start(row)} | {cell(row.short_length_ratio, 3)} "
+            f"| {cell(row.control_length_ratio, 3)} "
+            f"| {cell(row.short_bp, 3)} | {cell(row.control_bp, 3)} "
+            f"| {cell(row.ratio_without_bp, 3)} |"
         )
     return lines
 
@@ -320,23 +406,23 @@ RATIO_PANELS = (
 )
 
 
-def bucket_ratio_figure(table: dict):
+def bucket_ratio_figure(table: BucketTable):
     """Per source-length bucket (with its sentences), short-trained BLEU over the control's,
     that ratio over each seed's in-range ratio, and it with the brevity penalties divided out;
     the band spans the seeds."""
-    buckets = sorted({(r["low"], r["bucket"], r["n"], r["beyond"]) for r in table["rows"]})
+    buckets = sorted({(r.low, r.bucket, r.n, r.beyond) for r in table.rows})
     position = {name: x for x, (_, name, _, _) in enumerate(buckets)}
     fig, axes = figure(len(RATIO_PANELS), 1, height_cm=5.5 * len(RATIO_PANELS) + 1.5)
-    variants = sorted({r["variant"] for r in table["rows"]}, key=variant_rank)
+    variants = sorted({r.variant for r in table.rows}, key=variant_rank)
     colours = variant_colours(variants)
     for ax, (key, per_seed, title) in zip(axes, RATIO_PANELS, strict=True):
         for variant in variants:
-            rows = [r for r in table["rows"] if r["variant"] == variant and r[per_seed]]
+            rows = [r for r in table.rows if r.variant == variant and getattr(r, per_seed)]
             if not rows:  # e.g. records scored before the brevity penalty was kept
                 continue
-            xs = [position[r["bucket"]] for r in rows]
-            ys = [r[key]["mean"] for r in rows]
-            seeds = [list(r[per_seed].values()) for r in rows]
+            xs = [position[r.bucket] for r in rows]
+            ys = [getattr(r, key).mean for r in rows]
+            seeds = [list(getattr(r, per_seed).values()) for r in rows]
             n = max((len(s) for s in seeds), default=0)
             colour = colours[variant]
             label = f"{variant} ({n} seed{'s' * (n != 1)})"
@@ -352,8 +438,8 @@ def bucket_ratio_figure(table: dict):
         ax.set_xticks(range(len(buckets)), ticks)
         ax.set_ylabel(f"{title}\n(band: seeds' range)")
     axes[-1].set_xlabel("source words (*: beyond training); sentences below")
-    axes[0].set_title(f"Trained on <= {table['max_words']} words, relative to the control")
-    axes[1].set_title(f"... and relative to what it keeps at {table['in_range']} words")
+    axes[0].set_title(f"Trained on <= {table.max_words} words, relative to the control")
+    axes[1].set_title(f"... and relative to what it keeps at {table.in_range} words")
     axes[2].set_title("... with the brevity penalties divided out")
     drawn = [ax for ax in axes if ax.get_legend_handles_labels()[0]]  # a variant's line
     if drawn:  # one legend, on the first panel that draws a variant
@@ -361,6 +447,6 @@ def bucket_ratio_figure(table: dict):
     return fig
 
 
-def plot_bucket_ratio(table: dict, path: Path) -> None:
+def plot_bucket_ratio(table: BucketTable, path: Path) -> None:
     """bucket_ratio.png: bucket_ratio_figure, saved."""
     save(bucket_ratio_figure(table), path)

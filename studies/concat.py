@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evaluation.plots import figure, save, variant_colours, variant_rank
 from evaluation.statistics import (
     EQUIVALENCE_MARGIN,
+    Power,
     difference_over_seeds,
     paired_equivalence,
     paired_power,
@@ -16,6 +17,7 @@ from evaluation.statistics import (
 from studies.cells import (
     POWER_NOTE,
     SURVIVORS_NOTE,
+    Interval,
     cell,
     equivalence_cell,
     holm_by_family,
@@ -40,29 +42,118 @@ EQUIVALENCE_NOTE = (
 EQUIVALENCE_HEADER = f"Δ BLEU within ±{EQUIVALENCE_MARGIN:g}: TOST p (Holm), smallest margin"
 
 
-def concat_differences(base: list[dict], other: list[dict]) -> dict:
+@dataclass(frozen=True)
+class ConcatRun:
+    """One run's pooled scores at one k (concat.json "runs"), with BLEU(k)/BLEU(1) of its seed."""
+
+    condition: str
+    variant: str
+    seed: int
+    step: int
+    k: int
+    bleu: float
+    chrf: float
+    bp: float
+    length_ratio: float
+    unigram_precision: float
+    lines: int
+    left_out: int
+    bleu_ratio_to_k1: float | None
+
+
+@dataclass(frozen=True)
+class ConcatSummary:
+    """A condition, variant and k over its seeds: each score's mean, std and 95% interval."""
+
+    condition: str
+    variant: str
+    k: int
+    seeds: list[int]
+    lines: int
+    left_out: int
+    bleu: Interval
+    chrf: Interval
+    bp: Interval
+    length_ratio: Interval
+    bleu_ratio_to_k1: Interval
+
+
+@dataclass(frozen=True)
+class ConcatDifference:
+    """A variant minus a baseline at one condition and k, paired by seed: each of
+    CONCAT_DIFFERENCES (evaluation.statistics' dicts, Holm p added), power and TOST of Δ BLEU."""
+
+    condition: str
+    variant: str
+    baseline: str
+    k: int
+    bleu: dict
+    length_ratio: dict
+    bleu_ratio_to_k1: dict
+    power: Power
+    equivalence: dict
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A variant trained on joined lines minus its all-lengths control at one k, and the ratio of
+    their BLEU per seed (concat.json "joined_minus_all")."""
+
+    variant: str
+    k: int
+    bleu: dict
+    length_ratio: dict
+    bleu_ratio_to_k1: dict
+    power: Power
+    equivalence: dict
+    bleu_over_control: Interval
+
+
+@dataclass(frozen=True)
+class ConcatTable:
+    """concat.json: the splits, ks and search; every run's scores, summaries and differences."""
+
+    splits: list[str]
+    ks: list[int]
+    beam: int
+    lenpen: float
+    min_len: int
+    runs: list[ConcatRun]
+    summary: list[ConcatSummary]
+    differences: list[ConcatDifference]
+    joined_minus_all: list[Remedy]
+
+
+def seed_scores(runs: list[ConcatRun], key: str) -> dict[int, float]:
+    """seed -> a score of the runs (those that have it)."""
+    return {r.seed: getattr(r, key) for r in runs if getattr(r, key) is not None}
+
+
+def concat_differences(base: list[ConcatRun], other: list[ConcatRun]) -> dict:
     """other - base for each of CONCAT_DIFFERENCES, by seed (evaluation.statistics), the BLEU
-    difference 80% power detects over the paired seeds ("power") and its TOST ("equivalence")."""
-    by_seed = {
-        key: [{r["seed"]: r[key] for r in side if r[key] is not None} for side in (base, other)]
+    difference 80% power detects over the paired seeds ("power") and its TOST ("equivalence"):
+    a difference row's tests, by field."""
+    tests = {
+        key: difference_over_seeds(seed_scores(base, key), seed_scores(other, key))
         for key in CONCAT_DIFFERENCES
     }
-    return {key: difference_over_seeds(*sides) for key, sides in by_seed.items()} | {
-        "power": asdict(paired_power(*by_seed["bleu"])),
-        "equivalence": asdict(paired_equivalence(*by_seed["bleu"])),
+    bleu = seed_scores(base, "bleu"), seed_scores(other, "bleu")
+    return tests | {
+        "power": paired_power(*bleu),
+        "equivalence": asdict(paired_equivalence(*bleu)),
     }
 
 
-def ratio_to_control(control: list[dict], group: list[dict]) -> dict:
+def ratio_to_control(control: list[ConcatRun], group: list[ConcatRun]) -> Interval:
     """BLEU over its control's at the same k, per seed both ran (mean, std, 95% interval)."""
-    base = {r["seed"]: r["bleu"] for r in control}
-    shared = [r for r in group if r["bleu"] is not None and base.get(r["seed"])]
-    return interval([r["bleu"] / base[r["seed"]] for r in shared])
+    base = {r.seed: r.bleu for r in control}
+    shared = [r for r in group if r.bleu is not None and base.get(r.seed)]
+    return interval([r.bleu / base[r.seed] for r in shared])
 
 
 def concat_comparisons(
-    groups: dict[tuple, list[dict]], baselines: Sequence[str]
-) -> tuple[list[dict], list[dict]]:
+    groups: dict[tuple, list[ConcatRun]], baselines: Sequence[str]
+) -> tuple[list[ConcatDifference], list[Remedy]]:
     """Every variant minus each baseline per condition and k, a pair of baselines once, and
     each variant's joined runs minus its all-lengths control per k; Holm within each family."""
     differences, remedy = [], []
@@ -71,23 +162,44 @@ def concat_comparisons(
             base = groups.get((condition, baseline, k))
             if variant not in baselines[: number + 1] and base:
                 differences.append(
-                    {"condition": condition, "variant": variant, "baseline": baseline, "k": k}
-                    | concat_differences(base, group)
+                    ConcatDifference(
+                        condition, variant, baseline, k, **concat_differences(base, group)
+                    )
                 )
     for (condition, variant, k), group in sorted(groups.items()):
         control = groups.get(("all", variant, k))
         if condition == "joined" and control:
             remedy.append(
-                {"variant": variant, "k": k}
-                | concat_differences(control, group)
-                | {"bleu_over_control": ratio_to_control(control, group)}
+                Remedy(
+                    variant,
+                    k,
+                    **concat_differences(control, group),
+                    bleu_over_control=ratio_to_control(control, group),
+                )
             )
-    holm_by_family(differences, lambda d: (d["baseline"], d["condition"], d["k"]), HOLM_KEYS)
-    holm_by_family(remedy, lambda d: (d["k"],), HOLM_KEYS)
+    holm_by_family(differences, lambda d: (d.baseline, d.condition, d.k), HOLM_KEYS)
+    holm_by_family(remedy, lambda d: (d.k,), HOLM_KEYS)
     return differences, remedy
 
 
-def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -> dict:
+def pooled_runs(records: list[StudyRecord]) -> list[ConcatRun]:
+    """Each run's pooled scores per k, with BLEU(k)/BLEU(1) of its seed (None without BLEU(1))."""
+    pooled = [(record, row) for record in records for row in record.concat if row.split == POOLED]
+    k1 = {(r.condition, r.variant, r.seed): row.bleu for r, row in pooled if row.k == 1}
+    runs = []
+    for record, row in pooled:
+        base = k1.get((record.condition, record.variant, record.seed))
+        scores = {key: getattr(row, key) for key in CONCAT_KEYS}
+        runs.append(
+            ConcatRun(
+                record.condition, record.variant, record.seed, record.step, row.k, **scores,
+                bleu_ratio_to_k1=round(row.bleu / base, 4) if base else None,
+            )
+        )  # fmt: skip
+    return runs
+
+
+def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -> ConcatTable:
     """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
 
     Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
@@ -96,78 +208,66 @@ def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -
     condition, per k, paired by seed (BLEU, length ratio, BLEU(k)/BLEU(1)), a pair of baselines
     once; "joined_minus_all" the same for each variant trained on joined lines minus its control.
     """
-    rows = []
-    for record in records:
-        for row in record.concat:
-            if row["split"] == POOLED:
-                rows.append(
-                    {k: getattr(record, k) for k in ("condition", "variant", "seed", "step")}
-                    | {"k": row["k"]}
-                    | {key: row[key] for key in CONCAT_KEYS}
-                )
-    k1 = {(r["condition"], r["variant"], r["seed"]): r["bleu"] for r in rows if r["k"] == 1}
-    for row in rows:
-        base = k1.get((row["condition"], row["variant"], row["seed"]))
-        row["bleu_ratio_to_k1"] = round(row["bleu"] / base, 4) if base else None
+    rows = pooled_runs(records)
     summary = []
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[ConcatRun]] = {}
     for row in rows:
-        groups.setdefault((row["condition"], row["variant"], row["k"]), []).append(row)
+        groups.setdefault((row.condition, row.variant, row.k), []).append(row)
     for (condition, variant, k), group in sorted(groups.items()):
         summary.append(
-            {"condition": condition, "variant": variant, "k": k}
-            | {"seeds": sorted(r["seed"] for r in group), "lines": group[0]["lines"]}
-            | {"left_out": group[0]["left_out"]}
-            | {
-                key: interval([r[key] for r in group])
-                for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
-            }
-        )
+            ConcatSummary(
+                condition, variant, k, sorted(r.seed for r in group), group[0].lines,
+                group[0].left_out,
+                **{
+                    key: interval([getattr(r, key) for r in group])
+                    for key in ("bleu", "chrf", "bp", "length_ratio", "bleu_ratio_to_k1")
+                },
+            )
+        )  # fmt: skip
     differences, remedy = concat_comparisons(groups, baselines)
-    return {
-        "splits": list(CONCAT_SPLITS),
-        "ks": list(KS),
+    return ConcatTable(
+        splits=list(CONCAT_SPLITS),
+        ks=list(KS),
         **SEARCH,
-        "runs": sorted(rows, key=lambda r: (r["condition"], r["variant"], r["k"], r["seed"])),
-        "summary": summary,
-        "differences": differences,
-        "joined_minus_all": remedy,
-    }
+        runs=sorted(rows, key=lambda r: (r.condition, r.variant, r.k, r.seed)),
+        summary=summary,
+        differences=differences,
+        joined_minus_all=remedy,
+    )
 
 
-def concat_markdown(table: dict) -> str:
+def concat_markdown(table: ConcatTable) -> str:
     """concat.md: per condition and variant, the scores at each k (mean ± std over seeds)."""
     lines = [
-        f"# Concatenation test: {' + '.join(table['splits'])} lines joined k at a time",
+        f"# Concatenation test: {' + '.join(table.splits)} lines joined k at a time",
         "",
         "sacreBLEU, chrF, brevity penalty (BP), hypothesis/reference length ratio and "
         "BLEU(k)/BLEU(1), mean ± std over seeds [95% interval]; beam "
-        f"{table['beam']}, alpha {table['lenpen']}, last checkpoint.",
+        f"{table.beam}, alpha {table.lenpen}, last checkpoint.",
         "",
         "| condition | variant | k | lines (left out) | seeds | BLEU | chrF | BP | length ratio "
         "| BLEU(k)/BLEU(1) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines[4:4] = survivor_lines(table)
-    for row in table["summary"]:
+    for row in table.summary:
         lines.append(
-            f"| {row['condition']} | {row['variant']} | {row['k']} "
-            f"| {row['lines']} ({row['left_out']}) "
-            f"| {', '.join(map(str, row['seeds']))} | {cell(row['bleu'])} | {cell(row['chrf'])} "
-            f"| {cell(row['bp'], 3)} | {cell(row['length_ratio'], 3)} "
-            f"| {cell(row['bleu_ratio_to_k1'], 3)} |"
+            f"| {row.condition} | {row.variant} | {row.k} | {row.lines} ({row.left_out}) "
+            f"| {', '.join(map(str, row.seeds))} | {cell(row.bleu)} | {cell(row.chrf)} "
+            f"| {cell(row.bp, 3)} | {cell(row.length_ratio, 3)} "
+            f"| {cell(row.bleu_ratio_to_k1, 3)} |"
         )
-    lines += difference_lines(table["differences"]) + remedy_lines(table["joined_minus_all"])
+    lines += difference_lines(table.differences) + remedy_lines(table.joined_minus_all)
     return "\n".join(lines) + "\n"
 
 
-def difference_lines(differences: list[dict]) -> list[str]:
+def difference_lines(differences: list[ConcatDifference]) -> list[str]:
     """concat.md's tables of each variant minus each baseline, per condition and k."""
     lines: list[str] = []
     baseline = None
     for diff in differences:
-        if diff["baseline"] != baseline:
-            baseline = diff["baseline"]
+        if diff.baseline != baseline:
+            baseline = diff.baseline
             lines += [
                 "",
                 f"## Each variant minus {baseline}, per condition and k",
@@ -184,16 +284,16 @@ def difference_lines(differences: list[dict]) -> list[str]:
                 "|---|---|---|---|---|---|---|---|---|",
             ]
         lines.append(
-            f"| {diff['condition']} | {diff['variant']} | {diff['k']} "
-            f"| {seeds_cell(diff['bleu'])} | {signed_cell(diff['bleu'])} "
-            f"| {signed_cell(diff['length_ratio'], 3)} "
-            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} "
-            f"| {equivalence_cell(diff['equivalence'])} |"
+            f"| {diff.condition} | {diff.variant} | {diff.k} "
+            f"| {seeds_cell(diff.bleu)} | {signed_cell(diff.bleu)} "
+            f"| {signed_cell(diff.length_ratio, 3)} "
+            f"| {signed_cell(diff.bleu_ratio_to_k1, 3)} | {power_cell(diff.power)} "
+            f"| {equivalence_cell(diff.equivalence)} |"
         )
     return lines
 
 
-def remedy_lines(remedy: list[dict]) -> list[str]:
+def remedy_lines(remedy: list[Remedy]) -> list[str]:
     """concat.md's table of joined minus all, per variant and k (Variš & Bojar's remedy)."""
     if not remedy:
         return []
@@ -213,11 +313,11 @@ def remedy_lines(remedy: list[dict]) -> list[str]:
     ]
     for diff in remedy:
         lines.append(
-            f"| {diff['variant']} | {diff['k']} | {seeds_cell(diff['bleu'])} "
-            f"| {cell(diff['bleu_over_control'], 3)} "
-            f"| {signed_cell(diff['bleu'])} | {signed_cell(diff['length_ratio'], 3)} "
-            f"| {signed_cell(diff['bleu_ratio_to_k1'], 3)} | {power_cell(diff['power'])} "
-            f"| {equivalence_cell(diff['equivalence'])} |"
+            f"| {diff.variant} | {diff.k} | {seeds_cell(diff.bleu)} "
+            f"| {cell(diff.bleu_over_control, 3)} "
+            f"| {signed_cell(diff.bleu)} | {signed_cell(diff.length_ratio, 3)} "
+            f"| {signed_cell(diff.bleu_ratio_to_k1, 3)} | {power_cell(diff.power)} "
+            f"| {equivalence_cell(diff.equivalence)} |"
         )
     return lines
 
@@ -230,22 +330,22 @@ SURVIVOR_COLUMNS = (
 )
 
 
-def survivor_lines(table: dict) -> list[str]:
+def survivor_lines(table: ConcatTable) -> list[str]:
     """concat.md's summary: which differences and equivalences survive Holm, per table."""
     groups = [
         (
             f"each variant minus {baseline}, per condition and k",
-            [d for d in table["differences"] if d["baseline"] == baseline],
-            lambda d: f"{d['condition']} {d['variant']} at k = {d['k']}",
+            [d for d in table.differences if d.baseline == baseline],
+            lambda d: f"{d.condition} {d.variant} at k = {d.k}",
         )
-        for baseline in dict.fromkeys(d["baseline"] for d in table["differences"])
+        for baseline in dict.fromkeys(d.baseline for d in table.differences)
     ]
-    if table["joined_minus_all"]:
+    if table.joined_minus_all:
         groups.append(
             (
                 "joined minus all, per variant and k",
-                table["joined_minus_all"],
-                lambda d: f"{d['variant']} at k = {d['k']}",
+                table.joined_minus_all,
+                lambda d: f"{d.variant} at k = {d.k}",
             )
         )
     if not groups:
@@ -256,23 +356,21 @@ def survivor_lines(table: dict) -> list[str]:
     return lines
 
 
-def plot_bleu_vs_k(table: dict, path: Path) -> None:
+def plot_bleu_vs_k(table: ConcatTable, path: Path) -> None:
     """BLEU against k per variant, the band spanning the seeds; one panel per condition."""
-    conditions = [c for c in ("all", "joined") if any(r["condition"] == c for r in table["runs"])]
+    conditions = [c for c in ("all", "joined") if any(r.condition == c for r in table.runs)]
     panels = max(len(conditions), 1)  # one above the other, one column wide
     fig, axes = figure(panels, 1, height_cm=5.5 * panels + 0.5, squeeze=False)
     axes = list(axes[:, 0])
-    variants = sorted({r["variant"] for r in table["runs"]}, key=variant_rank)
+    variants = sorted({r.variant for r in table.runs}, key=variant_rank)
     colours = variant_colours(variants)
     for ax, condition in zip(axes, conditions, strict=False):
         for variant in variants:
-            rows = [
-                r for r in table["runs"] if r["condition"] == condition and r["variant"] == variant
-            ]
+            rows = [r for r in table.runs if r.condition == condition and r.variant == variant]
             if not rows:
                 continue
-            ks = sorted({r["k"] for r in rows})
-            bleus = [[r["bleu"] for r in rows if r["k"] == k] for k in ks]
+            ks = sorted({r.k for r in rows})
+            bleus = [[r.bleu for r in rows if r.k == k] for k in ks]
             colour = colours[variant]
             ax.plot(ks, [sum(b) / len(b) for b in bleus], marker="o", color=colour, label=variant)
             ax.fill_between(

@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import sacrebleu
@@ -28,13 +28,15 @@ from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
 from common.errors import first_line
-from common.files import read_json, write_json, write_text
+from common.files import write_json, write_text
 from data.corpus import load_split
 from evaluation.evaluate import evaluate_run
 from evaluation.plots import plot_extrapolation
 from evaluation.statistics import mean, stdev
 from model.position import PositionRangeError
+from runs.run import Run, RunFileError
 from studies.plan import StudyError, position_variants
+from studies.rows import from_json
 from training.launch import train
 
 
@@ -53,45 +55,163 @@ CORPORA = {
 }
 
 
+@dataclass(frozen=True)
+class Scored:
+    """Some lines' count, how many were translated (scored), sacreBLEU, its brevity penalty and
+    the hypothesis/reference length ratio (None where no line was translated)."""
+
+    n: int
+    scored: int
+    bleu: float | None
+    bp: float | None
+    length_ratio: float | None
+
+
+@dataclass(frozen=True)
+class BucketScores:
+    """A source-length bucket's words (beyond: past L) and its Scored numbers."""
+
+    bucket: str
+    low: int
+    high: int
+    beyond: bool
+    n: int
+    scored: int
+    bleu: float | None
+    bp: float | None
+    length_ratio: float | None
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What the study reads of a trained run's metrics.json."""
+
+    steps: int
+    dev_ppl: float
+    wall_seconds: float
+
+
+@dataclass(frozen=True)
+class SplitScores:
+    """What the study reads of a split's evaluation JSON (the lines it skipped, by index)."""
+
+    name: str
+    bleu: float | None = None
+    n_sentences: int | None = None
+    skipped: dict[str, int] | None = None
+    skipped_indices: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class RunScores:
+    """One variant x seed of the study: its training and BLEU by source length."""
+
+    variant: str
+    seed: int
+    run_dir: str
+    steps: int
+    wall_seconds: float
+    dev_ppl: float
+    train_pairs: int
+    train_cleaning: dict
+    skipped: int
+    by_bucket: list[BucketScores]
+    by_range: dict[str, Scored]
+
+
+@dataclass(frozen=True)
+class BucketSummary:
+    """One bucket of a variant over its seeds: mean and std of BLEU, each seed's."""
+
+    bucket: str
+    low: int
+    high: int
+    beyond: bool
+    n: int
+    scored: int  # the fewest lines any seed translated
+    bleu_mean: float | None
+    bleu_std: float | None
+    bleu_by_seed: dict[str, float | None]
+
+
+@dataclass(frozen=True)
+class RangeSummary:
+    """One length range of a variant over its seeds."""
+
+    n: int
+    scored: int
+    bleu_mean: float | None
+    bleu_std: float | None
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """A variant's BLEU per bucket and per length range over its seeds."""
+
+    variant: str
+    seeds: list[int]
+    by_bucket: list[BucketSummary]
+    by_range: dict[str, RangeSummary]
+    train_pairs: int
+    steps_mean: float
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """extrapolation.json: the study's settings, every run and each variant's summary."""
+
+    corpus: str
+    experiment: str
+    max_words: int
+    bucket_width: int
+    splits: list[str]
+    beam: int
+    seeds: list[int]
+    overrides: list[str]
+    runs: list[RunScores]
+    variants: list[VariantSummary]
+
+
 def bucket_of(words: int, max_words: int, width: int) -> tuple[int, int]:
     """The (low, high) words of a source length's bucket; one bucket ends at max_words."""
     k = math.ceil((max(words, 1) - max_words) / width)
     return max(1, max_words + (k - 1) * width + 1), max_words + k * width
 
 
-def bleu_of(indices: list[int], hyps: list[str | None], refs: list[str]) -> dict:
+def bleu_of(indices: list[int], hyps: list[str | None], refs: list[str]) -> Scored:
     """Line count, scored count, sacreBLEU, its brevity penalty and the hypothesis/reference
     length ratio of some lines (a None hypothesis was skipped)."""
     scored = [i for i in indices if hyps[i] is not None]
     if not scored:
-        return {"n": len(indices), "scored": 0, "bleu": None, "bp": None, "length_ratio": None}
+        return Scored(len(indices), 0, None, None, None)
     bleu = sacrebleu.corpus_bleu([hyps[i] for i in scored], [[refs[i] for i in scored]])
-    return {
-        "n": len(indices),
-        "scored": len(scored),
-        "bleu": round(bleu.score, 2),
-        "bp": round(bleu.bp, 4),
-        "length_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4),
-    }
+    return Scored(
+        n=len(indices),
+        scored=len(scored),
+        bleu=round(bleu.score, 2),
+        bp=round(bleu.bp, 4),
+        length_ratio=round(bleu.sys_len / max(bleu.ref_len, 1), 4),
+    )
 
 
 def bleu_by_bucket(
     srcs: list[str], hyps: list[str | None], refs: list[str], max_words: int, width: int
-) -> list[dict]:
+) -> list[BucketScores]:
     """sacreBLEU per source-length bucket (words), shortest first; `beyond`: past max_words."""
     groups: dict[tuple[int, int], list[int]] = {}
     for i, src in enumerate(srcs):
         groups.setdefault(bucket_of(len(src.split()), max_words, width), []).append(i)
     return [
-        {"bucket": f"{low}-{high}", "low": low, "high": high, "beyond": low > max_words}
-        | bleu_of(indices, hyps, refs)
+        BucketScores(
+            f"{low}-{high}", low, high, low > max_words, **asdict(bleu_of(indices, hyps, refs))
+        )
         for (low, high), indices in sorted(groups.items())
     ]
 
 
 def bleu_by_range(
     srcs: list[str], hyps: list[str | None], refs: list[str], max_words: int
-) -> dict[str, dict]:
+) -> dict[str, Scored]:
     """sacreBLEU on sources of 1..L words (seen lengths), L+1..2L words and over 2L words."""
     ranges = {f"1-{max_words}": [], f"{max_words + 1}-{2 * max_words}": [], f">{2 * max_words}": []}
     labels = list(ranges)
@@ -103,31 +223,31 @@ def bleu_by_range(
 
 def stored_config(run_dir: Path) -> DictConfig:
     """The resolved training config the study stored in a run folder (.hydra/config.yaml)."""
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
+    run = Run(run_dir)
+    if not run.has_config():
         raise StudyError(
-            f"{path} is missing: {run_dir} was not made by this study; pass another --out"
+            f"{run.config_file} is missing: {run_dir} was not made by this study; pass another "
+            "--out"
         )
-    return OmegaConf.load(path)
+    return run.config()
 
 
 def train_run(run_dir: Path, overrides: list[str], max_words: int, echo=print) -> dict:
     """Train one run into run_dir (resuming its checkpoints), or reuse its metrics.json."""
-    if (run_dir / ".hydra" / "config.yaml").is_file():
+    run = Run(run_dir)
+    if run.has_config():
         trained_on = stored_config(run_dir).data.get("train_max_src_words")
         if trained_on != max_words:
             raise StudyError(
                 f"{run_dir} was trained on sources of <= {trained_on} words, not {max_words}: "
                 "pass another --out for another --max-words"
             )
-    metrics_path = run_dir / "metrics.json"
-    if metrics_path.is_file():
+    if run.is_finished():
         echo(f"  reusing the finished run in {run_dir}")
-        return read_json(metrics_path)
+        return run.metrics()
     cfg = compose_config(overrides)
-    (run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / ".hydra" / "config.yaml", resolve=True)
-    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    run.write_config(cfg)
+    handler = logging.FileHandler(run.log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
     try:
@@ -145,11 +265,11 @@ def scored_split(run_dir: Path, split: str, beam: int, echo=print) -> dict | Non
     Lines the position encoding cannot hold are skipped and counted; None when no line fits.
     """
     name = f"{split}-last-beam{beam}"
-    path = run_dir / "eval" / f"{name}.json"
-    last = run_dir / "checkpoints" / "last.pt"
-    if path.is_file() and path.stat().st_mtime >= last.stat().st_mtime:
-        scores = read_json(path)
-        if not scores.get("skipped") or "skipped_indices" in scores:  # else: an older format
+    run = Run(run_dir)
+    scores = run.evaluation(name)
+    if scores is not None and run.is_current(scores):
+        split_scores = from_json(SplitScores, scores)
+        if not split_scores.skipped or split_scores.skipped_indices is not None:  # else: older
             return scores
     precision = stored_config(run_dir).trainer.precision  # search as the run was trained
     overrides = [f"split={split}", f"beam={beam}", f"name={name}", f"precision={precision}"]
@@ -177,7 +297,7 @@ class SplitCache:
 
 def kept_lines(srcs: list[str], scores: dict) -> list[int]:
     """Indices of the lines an evaluation translated: all but its skipped_indices."""
-    skipped = set(scores.get("skipped_indices", []))
+    skipped = set(from_json(SplitScores, scores).skipped_indices or [])
     return [i for i in range(len(srcs)) if i not in skipped]
 
 
@@ -192,12 +312,17 @@ def run_lines(
         hyps: list[str | None] = [None] * len(srcs)
         if scores is not None:
             kept = kept_lines(srcs, scores)
-            hyp_path = run_dir / "eval" / f"{scores['name']}.hyp"
-            lines = hyp_path.read_text(encoding="utf-8").splitlines()
+            run = Run(run_dir)
+            fix = f"delete {run.evaluations_dir} and rerun the study"
+            try:
+                lines = run.hypotheses(scores, fix)
+            except RunFileError as e:
+                raise StudyError(str(e)) from None
             if len(lines) != len(kept):
                 raise StudyError(
-                    f"{hyp_path} has {len(lines)} lines for {len(kept)} translated "
-                    f"sources of split {split}: delete {run_dir / 'eval'} and rerun the study"
+                    f"{run.hypotheses_file(from_json(SplitScores, scores).name)} has "
+                    f"{len(lines)} lines for "
+                    f"{len(kept)} translated sources of split {split}: {fix}"
                 )
             for i, line in zip(kept, lines, strict=True):
                 hyps[i] = line
@@ -212,36 +337,33 @@ def mean_and_std(values: list[float]) -> tuple[float | None, float | None]:
     return tuple(None if v is None else round(v, 2) for v in (mean(values), stdev(values)))
 
 
-def summarize_variant(variant: str, runs: list[dict]) -> dict:
+def summarize_variant(variant: str, runs: list[RunScores]) -> VariantSummary:
     """BLEU per bucket and per length range of one variant, mean and std over its seeds."""
     buckets = []
-    for bucket in runs[0]["by_bucket"]:
-        cells = [next(b for b in r["by_bucket"] if b["bucket"] == bucket["bucket"]) for r in runs]
-        bleus = [c["bleu"] for c in cells if c["bleu"] is not None]
-        bleu_mean, std = mean_and_std(bleus)
+    for bucket in runs[0].by_bucket:
+        cells = [next(b for b in r.by_bucket if b.bucket == bucket.bucket) for r in runs]
+        bleu_mean, std = mean_and_std([c.bleu for c in cells if c.bleu is not None])
         buckets.append(
-            {k: bucket[k] for k in ("bucket", "low", "high", "beyond", "n")}
-            | {"scored": min(c["scored"] for c in cells), "bleu_mean": bleu_mean, "bleu_std": std}
-            | {
-                "bleu_by_seed": {
-                    str(r["seed"]): c["bleu"] for r, c in zip(runs, cells, strict=True)
-                }
-            }
-        )
+            BucketSummary(
+                bucket.bucket, bucket.low, bucket.high, bucket.beyond, bucket.n,
+                scored=min(c.scored for c in cells), bleu_mean=bleu_mean, bleu_std=std,
+                bleu_by_seed={str(r.seed): c.bleu for r, c in zip(runs, cells, strict=True)},
+            )
+        )  # fmt: skip
     ranges = {}
-    for label, first in runs[0]["by_range"].items():
-        bleus = [r["by_range"][label]["bleu"] for r in runs]
+    for label, first in runs[0].by_range.items():
+        bleus = [r.by_range[label].bleu for r in runs]
         bleu_mean, std = mean_and_std([b for b in bleus if b is not None])
-        scored = min(r["by_range"][label]["scored"] for r in runs)
-        ranges[label] = {"n": first["n"], "scored": scored, "bleu_mean": bleu_mean, "bleu_std": std}
-    return {
-        "variant": variant,
-        "seeds": [r["seed"] for r in runs],
-        "by_bucket": buckets,
-        "by_range": ranges,
-        "train_pairs": runs[0]["train_pairs"],
-        "steps_mean": round(mean([r["steps"] for r in runs]), 1),
-    }
+        scored = min(r.by_range[label].scored for r in runs)
+        ranges[label] = RangeSummary(first.n, scored, bleu_mean, std)
+    return VariantSummary(
+        variant=variant,
+        seeds=[r.seed for r in runs],
+        by_bucket=buckets,
+        by_range=ranges,
+        train_pairs=runs[0].train_pairs,
+        steps_mean=round(mean([r.steps for r in runs]), 1),
+    )
 
 
 def cell(bleu: float | None, std: float | None, scored: int, n: int) -> str:
@@ -252,45 +374,42 @@ def cell(bleu: float | None, std: float | None, scored: int, n: int) -> str:
     return text + (f" ({scored}/{n})" if scored < n else "")
 
 
-def markdown(result: dict) -> str:
+def markdown(result: Extrapolation) -> str:
     """The study's tables: BLEU per variant and source-length bucket, then per length range."""
-    max_words = result["max_words"]
-    buckets = result["variants"][0]["by_bucket"]
+    max_words = result.max_words
+    first = result.variants[0]
 
-    def mark(bucket: dict) -> str:
-        return "**" if bucket["low"] > 2 * max_words else "*" if bucket["beyond"] else ""
+    def mark(bucket: BucketSummary) -> str:
+        return "**" if bucket.low > 2 * max_words else "*" if bucket.beyond else ""
 
     lines = [
-        f"# Length extrapolation: {result['corpus']}, trained on sources of <= {max_words} words",
+        f"# Length extrapolation: {result.corpus}, trained on sources of <= {max_words} words",
         "",
         f"Each variant trained on the training pairs whose source has at most L = {max_words} "
-        f"words ({result['variants'][0]['train_pairs']} pairs), seeds "
-        f"{', '.join(map(str, result['seeds']))}; scored on {', '.join(result['splits'])} "
-        f"(beam {result['beam']}, last checkpoint): sacreBLEU per source-length bucket (words), "
+        f"words ({first.train_pairs} pairs), seeds "
+        f"{', '.join(map(str, result.seeds))}; scored on {', '.join(result.splits)} "
+        f"(beam {result.beam}, last checkpoint): sacreBLEU per source-length bucket (words), "
         "mean ± std over seeds. * = beyond L (lengths never seen in training), ** = beyond 2L; "
         "(k/n) = only k of the bucket's n lines fit the position encoding, the rest were skipped.",
         "",
-        "| variant | " + " | ".join(f"{b['bucket']}{mark(b)}" for b in buckets) + " |",
-        "|---|" + "---:|" * len(buckets),
+        "| variant | " + " | ".join(f"{b.bucket}{mark(b)}" for b in first.by_bucket) + " |",
+        "|---|" + "---:|" * len(first.by_bucket),
     ]
-    for row in result["variants"]:
-        cells = [cell(b["bleu_mean"], b["bleu_std"], b["scored"], b["n"]) for b in row["by_bucket"]]
-        lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
-    lines.append("| sentences | " + " | ".join(str(b["n"]) for b in buckets) + " |")
-    ranges = list(result["variants"][0]["by_range"])
+    for row in result.variants:
+        cells = [cell(b.bleu_mean, b.bleu_std, b.scored, b.n) for b in row.by_bucket]
+        lines.append(f"| {row.variant} | " + " | ".join(cells) + " |")
+    lines.append("| sentences | " + " | ".join(str(b.n) for b in first.by_bucket) + " |")
+    ranges = list(first.by_range)
     lines += [
         "",
         "| variant | " + " | ".join(f"{r} words" for r in ranges) + " | steps |",
         "|---|" + "---:|" * (len(ranges) + 1),
     ]
-    for row in result["variants"]:
-        cells = [
-            cell(r["bleu_mean"], r["bleu_std"], r["scored"], r["n"])
-            for r in row["by_range"].values()
-        ]
-        lines.append(f"| {row['variant']} | " + " | ".join(cells) + f" | {row['steps_mean']:g} |")
-    n_range = result["variants"][0]["by_range"]
-    lines.append("| sentences | " + " | ".join(str(n_range[r]["n"]) for r in ranges) + " | |")
+    for row in result.variants:
+        cells = [cell(r.bleu_mean, r.bleu_std, r.scored, r.n) for r in row.by_range.values()]
+        lines.append(f"| {row.variant} | " + " | ".join(cells) + f" | {row.steps_mean:g} |")
+    counts = " | ".join(str(first.by_range[r].n) for r in ranges)
+    lines.append(f"| sentences | {counts} | |")
     return "\n".join(lines) + "\n"
 
 
@@ -350,17 +469,17 @@ def evaluate_splits(run_dir: Path, settings: Settings, echo) -> dict[str, dict |
         scores = scored_split(run_dir, split, settings.beam, echo)
         evaluations[split] = scores
         if scores is not None:
-            skipped = sum(scores["skipped"].values())
+            read = from_json(SplitScores, scores)
             echo(
-                f"  {split}: sacreBLEU {scores['bleu']:.2f} on {scores['n_sentences']} "
-                f"lines, {skipped} skipped"
+                f"  {split}: sacreBLEU {read.bleu:.2f} on {read.n_sentences} "
+                f"lines, {sum((read.skipped or {}).values())} skipped"
             )
     return evaluations
 
 
 def one_run(
     variant: str, seed: int, run_dir: Path, settings: Settings, splits: SplitCache, echo
-) -> dict:
+) -> RunScores:
     """Train (or reuse) one variant x seed, evaluate it and score it by source length."""
     run_overrides = [
         f"experiment={CORPORA[settings.corpus].experiment}",
@@ -372,28 +491,28 @@ def one_run(
         *settings.overrides,
     ]
     start = time.monotonic()
-    metrics = train_run(run_dir, run_overrides, settings.max_words, echo)
+    metrics = from_json(Trained, train_run(run_dir, run_overrides, settings.max_words, echo))
     echo(
-        f"  trained: {metrics['steps']} steps, dev ppl {metrics['dev_ppl']:.2f} "
-        f"({metrics['wall_seconds'] / 60:.1f} min)"
+        f"  trained: {metrics.steps} steps, dev ppl {metrics.dev_ppl:.2f} "
+        f"({metrics.wall_seconds / 60:.1f} min)"
     )
     evaluations = evaluate_splits(run_dir, settings, echo)
     srcs, hyps, refs = run_lines(run_dir, evaluations, splits)
-    cleaning = read_json(run_dir / "data.json")["train_cleaning"]
+    cleaning = Run(run_dir).data_summary()["train_cleaning"]
     echo(f"  scored in {(time.monotonic() - start) / 60:.1f} min")
-    return {
-        "variant": variant,
-        "seed": seed,
-        "run_dir": str(run_dir),
-        "steps": metrics["steps"],
-        "wall_seconds": metrics["wall_seconds"],
-        "dev_ppl": metrics["dev_ppl"],
-        "train_pairs": cleaning["kept"],
-        "train_cleaning": cleaning,
-        "skipped": sum(h is None for h in hyps),
-        "by_bucket": bleu_by_bucket(srcs, hyps, refs, settings.max_words, settings.width),
-        "by_range": bleu_by_range(srcs, hyps, refs, settings.max_words),
-    }
+    return RunScores(
+        variant=variant,
+        seed=seed,
+        run_dir=str(run_dir),
+        steps=metrics.steps,
+        wall_seconds=metrics.wall_seconds,
+        dev_ppl=metrics.dev_ppl,
+        train_pairs=cleaning["kept"],
+        train_cleaning=cleaning,
+        skipped=sum(h is None for h in hyps),
+        by_bucket=bleu_by_bucket(srcs, hyps, refs, settings.max_words, settings.width),
+        by_range=bleu_by_range(srcs, hyps, refs, settings.max_words),
+    )
 
 
 def study(
@@ -407,7 +526,7 @@ def study(
     beam: int = 4,
     overrides: Sequence[str] = (),
     echo: Callable[[str], None] = print,
-) -> dict:
+) -> Extrapolation:
     """Train, evaluate and score every variant x seed; write the table, JSON and plot.
 
     Progress (one line per run and per evaluated split) goes to echo.
@@ -426,21 +545,19 @@ def study(
         run_dir = (out / f"{variant}-s{seed}").resolve()
         echo(f"[{number}/{len(jobs)}] {variant} seed {seed}: {run_dir}")
         runs.append(one_run(variant, seed, run_dir, settings, splits, echo))
-    result = {
-        "corpus": corpus,
-        "experiment": CORPORA[corpus].experiment,
-        "max_words": max_words,
-        "bucket_width": width,
-        "splits": list(CORPORA[corpus].splits),
-        "beam": beam,
-        "seeds": list(seeds),
-        "overrides": list(overrides),
-        "runs": runs,
-        "variants": [
-            summarize_variant(v, [r for r in runs if r["variant"] == v]) for v in variants
-        ],
-    }
+    result = Extrapolation(
+        corpus=corpus,
+        experiment=CORPORA[corpus].experiment,
+        max_words=max_words,
+        bucket_width=width,
+        splits=list(CORPORA[corpus].splits),
+        beam=beam,
+        seeds=list(seeds),
+        overrides=list(overrides),
+        runs=runs,
+        variants=[summarize_variant(v, [r for r in runs if r.variant == v]) for v in variants],
+    )
     write_text(out / "extrapolation.md", markdown(result))
-    write_json(out / "extrapolation.json", result)
-    plot_extrapolation(result, out / "bleu_by_length.png")
+    write_json(out / "extrapolation.json", asdict(result))
+    plot_extrapolation(asdict(result), out / "bleu_by_length.png")
     return result

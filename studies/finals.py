@@ -18,8 +18,7 @@ from pathlib import Path
 from common.files import read_json, write_json
 from evaluation.evaluate import evaluate_run
 from runs.checkpoint import weights_sha256
-from runs.load import load_run
-from runs.record import trained_config
+from runs.run import Run
 from studies.plan import StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec
 from studies.store import outside_paths, scrubbed
@@ -94,7 +93,7 @@ def is_scored(study: StudySpec, folder: Path) -> bool:
 
 def evaluate_one(study: StudySpec, run: Path, split: str, checkpoint: str) -> dict:
     """evaluate.py on one split with one checkpoint of a run, in the precision it trained in."""
-    precision = trained_config(run)["trainer"]["precision"]
+    precision = Run(run).resolved_config()["trainer"]["precision"]
     overrides = [
         f"split={split}",
         f"checkpoint={checkpoint}",
@@ -127,21 +126,22 @@ def score_final(study: StudySpec, run: Path, folder: Path, work: Path, say) -> F
     `folder`."""
     if is_scored(study, folder):
         return read_scores(folder)
-    if not (run / "checkpoints" / "last.pt").is_file():
+    trained, record = Run(run), Run(folder)
+    if not trained.has_checkpoint("last"):
         raise StudyError(
             f"{folder} is not scored and {run} holds no checkpoints: move the record away to "
             "train the run again"
         )
     places, rows = outside_paths(run, work), []
-    (folder / "eval").mkdir(parents=True, exist_ok=True)
+    record.evaluations_dir.mkdir(parents=True, exist_ok=True)
     for split, checkpoint in wanted_evaluations(study):
         name = evaluation_name(study, split, checkpoint)
         result = evaluate_one(study, run, split, checkpoint)
-        hyp = run / "eval" / f"{name}.hyp"
-        shutil.copy2(hyp, folder / "eval" / hyp.name)
-        text = (run / "eval" / f"{name}.json").read_text(encoding="utf-8")
-        (folder / "eval" / f"{name}.json").write_text(scrubbed(text, places), encoding="utf-8")
-        weights = weights_sha256(load_run(run, checkpoint)[0])  # an average's too
+        hyp = trained.hypotheses_file(name)
+        shutil.copy2(hyp, record.hypotheses_file(name))
+        text = trained.evaluation_file(name).read_text(encoding="utf-8")
+        record.evaluation_file(name).write_text(scrubbed(text, places), encoding="utf-8")
+        weights = weights_sha256(trained.load(checkpoint)[0])  # an average's too
         rows.append(split_score(result, split, checkpoint, hyp, weights))
         say(f"study: scored {folder} {name}: sacreBLEU {rows[-1].bleu:.2f}")
     scores = FinalScores(SCHEMA_VERSION, study.search.beam, study.search.lenpen, rows)

@@ -21,8 +21,8 @@ from omegaconf import OmegaConf
 
 from common.configs import compose_config
 from runs.resume import setting_differences
+from runs.run import Run
 from studies.plan import ROOT, Job, StudyError, multirun_command
-from studies.records import finished_metrics, resolved_config
 from studies.runner import (
     Sweep,
     check_launch,
@@ -104,7 +104,7 @@ def launch_grid(
     for _ in range(rounds):
         these = stores_now(stores, protocol, roots)
         plan = tune(these, protocol, None, echo=lambda _: None)
-        missing = [MissingRun(m["variant"], m["lr_scale"], m["seed"]) for m in plan["missing"]]
+        missing = plan.missing
         if not missing or missing == previous:
             break  # complete, or the last launches finished none of these: their logs say why
         echo(f"tune: training {len(missing)} grid points")
@@ -130,7 +130,7 @@ def check_run_folder(run_dir: Path, words: Sequence[str]) -> None:
     """Refuse a finished run folder trained with other settings than these train.py overrides
     (another rate, budget or setting): it is never counted as a run at the tuned rate."""
     wanted = OmegaConf.to_container(compose_config([*words, f"run_dir={run_dir}"]), resolve=True)
-    refused, _ = setting_differences(resolved_config(run_dir), wanted)
+    refused, _ = setting_differences(Run(run_dir).resolved_config(), wanted)
     if refused:
         raise StudyError(
             f"{run_dir} finished with other settings than these runs' ({'; '.join(refused)}): "
@@ -174,7 +174,7 @@ def train_tuned(
     planned = [
         Job(tuned.experiment, v, s, sweep_dir / v / f"seed-{s}") for v in variants for s in seeds
     ]
-    done = [j for j in planned if finished_metrics(j.run_dir) is not None]
+    done = [j for j in planned if Run(j.run_dir).finished_metrics() is not None]
     for job in done:  # counted only if trained at these settings
         words = [f"experiment={job.condition}", f"position={job.variant}", f"seed={job.seed}"]
         check_run_folder(job.run_dir, [*words, *training, *rate_override(rates[job.variant])])
@@ -190,7 +190,7 @@ def train_tuned(
         echo("study: " + shlex.join(["python", *command[1:]]))
         if (status := subprocess.run(command, cwd=ROOT).returncode) != 0:
             echo(f"study: that sweep ended with exit status {status} (its output is above)")
-    finished = [j.run_dir for j in planned if finished_metrics(j.run_dir) is not None]
+    finished = [j.run_dir for j in planned if Run(j.run_dir).finished_metrics() is not None]
     echo(
         f"study: {len(finished)} of {len(planned)} runs finished; score them: python "
         f"scripts/compare.py {in_checkout(sweep_dir)} --score"

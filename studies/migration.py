@@ -27,8 +27,8 @@ from omegaconf import OmegaConf
 from common.configs import CONFIG_DIR, compose_config
 from common.files import read_json, write_json, write_text
 from data.corpus import load_split, text_fingerprints
-from runs.record import read_segments, trained_config
 from runs.resume import flatten
+from runs.run import Run
 from studies.finals import (
     SCORES_FILE,
     FinalScores,
@@ -152,7 +152,7 @@ def read_old_run(
     study: StudySpec, store: str, folder: Path, known: dict, stores: Stores
 ) -> tuple[OldRun, list[str]]:
     """A folder's run from its own config, and where its name, metrics or study.json disagree."""
-    config = trained_config(folder)
+    config = Run(folder).resolved_config()
     metrics = read_json(folder / "metrics.json")
     scores = read_json(folder / STUDY_FILE) if (folder / STUDY_FILE).is_file() else {}
     variant = known["targets"].get(str(config["position"].get("_target_")), "?")
@@ -271,7 +271,7 @@ def outside_places(folder: Path, data_as: str = "<data.path>") -> dict[str, str]
         value = raw.get("cache_dir") if key == "cache_dir" else (raw.get("data") or {}).get("path")
         if isinstance(value, str) and value and value != HUB_PATH:
             places.setdefault(str((ROOT / Path(value).expanduser()).resolve()), placeholder)
-    for segment in read_segments(folder):
+    for segment in Run(folder).segments():
         if segment.get("cwd"):
             places.setdefault(str(segment["cwd"]), "<checkout>")
     return dict(sorted(places.items(), key=lambda item: -len(item[0])))

@@ -29,8 +29,7 @@ from evaluation.attention import (
 from evaluation.plots import figure, save, variant_rank
 from evaluation.translate import fitting_lines
 from model.position import PositionRangeError
-from runs.load import load_run, rebuild_model
-from studies.records import finished_metrics
+from runs.run import Run, load_run, rebuild_model
 
 MAX_TOKENS = 4096
 
@@ -73,7 +72,7 @@ def test_pairs(state: dict, split: str, data_path: str | None) -> tuple[list[str
 
 def picture_run(run_dir: Path, split: str, positions: int, data_path: str | None) -> RunPicture:
     """The measures of run_dir's last checkpoint on a split (float32, CPU)."""
-    if not (run_dir / "checkpoints" / "last.pt").is_file():
+    if not Run(run_dir).has_checkpoint("last"):
         raise PicturesError(
             f"--runs {run_dir}: no checkpoints/last.pt; pass a training run folder (a record "
             "store keeps no weights)"
@@ -90,7 +89,7 @@ def picture_run(run_dir: Path, split: str, positions: int, data_path: str | None
     tgt_ids = [ids + [EOS_ID] for ids in tokenizer.encode([refs[i] for i in kept])]
     distances = attention_distances(model, src_ids, tgt_ids, MAX_TOKENS, torch.device("cpu"))
     vectors = position_vectors(model.encoder_position, positions)
-    metrics = finished_metrics(run_dir) or {}
+    metrics = Run(run_dir).finished_metrics() or {}
     return RunPicture(
         run=str(run_dir),
         variant=str(metrics.get("position_choice") or run_dir.parent.name),

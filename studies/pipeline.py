@@ -27,9 +27,9 @@ from omegaconf import OmegaConf
 
 from common.configs import compose_config
 from data.corpus import text_fingerprints
+from runs.run import Run
 from studies.plan import LAUNCHERS, LOCAL_TIMEOUT_MIN, ROOT, StudyError
 from studies.protocol import StudySpec
-from studies.records import finished_metrics
 from studies.rules import Choice, DevResult
 from studies.store import (
     STAGES,
@@ -129,10 +129,10 @@ class StudyRun:
             self.refuse_if_different(folder, point)
             return record
         run = work_dir(self.work, self.study, point)
-        metrics = finished_metrics(run)
+        metrics = Run(run).finished_metrics()
         if metrics is not None and int(metrics.get("steps", -1)) != point.steps:
             metrics = None  # finished at another budget: an extension not trained yet
-        if metrics is None and not diverged_in_log(run / "train.log"):
+        if metrics is None and not diverged_in_log(Run(run).log_file):
             return None
         self.refuse_if_different(run, point)
         words = [*self.words(point), f"run_dir={run}"]
@@ -192,7 +192,7 @@ def train_one(run: StudyRun, point: Point, number: str) -> None:
         status = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT).returncode
     minutes = (time.monotonic() - started) / 60
     what = "done" if status == 0 else f"failed (exit status {status}; see its log)"
-    if status != 0 and not diverged_in_log(work_dir(run.work, run.study, point) / "train.log"):
+    if status != 0 and not diverged_in_log(Run(work_dir(run.work, run.study, point)).log_file):
         run.failed.append(str(log))  # a diverged run is a result (infinite dev PPL), not this
     run.say(f"study: [{number}] {point.label}: {what} in {minutes:.1f} min")
     run.recorded(point)  # kept at once: a kill later loses none of it

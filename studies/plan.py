@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import runs.run
 from common.configs import CONFIG_DIR, compose_config
 from common.errors import UserError
 
@@ -60,16 +61,12 @@ STUDY_FILE = "study.json"
 # The committed store of scored runs (the report's default input) and what a record keeps of a run
 RECORDS = ROOT / "results" / "archive" / "pe_study" / "runs"
 RECORD_FILES = (
-    ".hydra/config.yaml",
-    "metrics.json",
-    "data.json",
+    *runs.run.RECORD_FILES,
     STUDY_FILE,
-    "segments.json",
-    f"eval/{TABLE3_EVAL}.json",
-    f"eval/{TABLE3_EVAL}.hyp",
-    "train.log",
+    f"{runs.run.EVALUATIONS}/{TABLE3_EVAL}.json",
+    f"{runs.run.EVALUATIONS}/{TABLE3_EVAL}.hyp",
 )
-RECORD_FOLDERS = ("tensorboard",)
+RECORD_FOLDERS = runs.run.RECORD_FOLDERS
 POOLED = "+".join(CONCAT_SPLITS)  # test + validation scored together
 
 

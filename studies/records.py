@@ -17,15 +17,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from common.configs import compose_config
 from common.files import read_json, write_json
 from data.corpus import loads_multi30k
-from runs.record import read_segments
 from runs.resume import KEEP_THE_MATH, flatten, setting_differences
+from runs.run import Run
 from studies.plan import (
     CONDITIONS,
+    POOLED,
     RECORD_FILES,
     RECORD_FOLDERS,
     SEARCH,
@@ -35,11 +36,11 @@ from studies.plan import (
     run_dir_of,
     train_overrides,
 )
+from studies.rows import MissingField, from_json
 
 # where a run's files went: not part of the command that trains it again
 PATH_KEYS = ("run_dir", "cache_dir")
 ABSENT = object()
-REQUIRED = ("condition", "variant", "seed", "step", "test", "concat", "by_bucket")
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,62 @@ class Table3Scores:
     bleu: float
     chrf: float
     n_sentences: int
-    tok_bleu: float | None
-    signature: str | None
+    tok_bleu: float | None = None
+    signature: str | None = None
+
+
+@dataclass(frozen=True)
+class ConcatRow:
+    """One concatenation set's scores in study.json: a split (or POOLED, the splits together)
+    with k sentences joined a line (scoring.length_scores)."""
+
+    split: str
+    k: int
+    lines: int
+    left_out: int
+    bleu: float
+    chrf: float
+    bp: float
+    length_ratio: float
+    hyp_len: int
+    ref_len: int
+    unigram_precision: float
+    ppl: float | None = None  # the split's evaluation's; a pooled row has none
+
+    def to_json(self) -> dict:
+        """The row as study.json keeps it (a pooled row without ppl)."""
+        return {k: v for k, v in asdict(self).items() if k != "ppl" or self.split != POOLED}
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    """BLEU of one source-length bucket (k = 1, the splits pooled) in study.json."""
+
+    bucket: str
+    low: int
+    high: int
+    beyond: bool  # past the short condition's training lengths
+    n: int
+    bleu: float | None
+    bp: float | None = None  # None: scored before the brevity penalty was kept
+    length_ratio: float | None = None
+
+    @property
+    def has_lengths(self) -> bool:
+        """Whether the bucket has its brevity penalty and length ratio (BUCKET_KEYS)."""
+        return self.bp is not None and self.length_ratio is not None
+
+    def to_json(self) -> dict:
+        """The row as study.json keeps it (one scored before the lengths were kept without them)."""
+        lengths = ("bp", "length_ratio")
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in lengths}
 
 
 @dataclass(frozen=True)
 class StudyRecord:
     """One scored run of the study: its study.json, field for field, in the file's order.
 
-    concat and by_bucket stay rows of a table (one dict a split and k, one a length bucket);
+    concat and by_bucket are rows of a table (one a split and k, one a length bucket);
     hardware and code read ["unrecorded"] in a study.json written before they were kept.
     """
 
@@ -75,9 +123,9 @@ class StudyRecord:
     hardware: list[str]
     code: list[str]
     test: Table3Scores
-    concat: list[dict]
+    concat: list[ConcatRow]
     max_words: int | None
-    by_bucket: list[dict]
+    by_bucket: list[BucketRow]
 
     @property
     def label(self) -> str:
@@ -86,84 +134,67 @@ class StudyRecord:
     @property
     def has_bucket_lengths(self) -> bool:
         """Whether every length bucket has its brevity penalty and length ratio (BUCKET_KEYS)."""
-        return all("length_ratio" in bucket and "bp" in bucket for bucket in self.by_bucket)
+        return all(bucket.has_lengths for bucket in self.by_bucket)
 
     @classmethod
     def from_json(cls, record: dict, path: Path) -> StudyRecord:
         """The record of a study.json's dict; a StudyError names a missing field and the file."""
-        for key in REQUIRED:
-            field(record, key, path)
-        test = record["test"]
-        return cls(
-            **{key: record[key] for key in ("condition", "variant", "seed", "step", "concat")},
-            run_dir=str(record.get("run_dir", path.parent)),
-            search=record.get("search", {}),
-            **{key: record.get(key) for key in ("precision", "train_cleaning", "dev_ppl")},
-            wall_seconds=record.get("wall_seconds"),
-            hardware=record.get("hardware", ["unrecorded"]),
-            code=record.get("code", ["unrecorded"]),
-            test=Table3Scores(
-                **{key: field(test, key, path) for key in ("eval", "bleu", "chrf", "n_sentences")},
-                tok_bleu=test.get("tok_bleu"),
-                signature=test.get("signature"),
-            ),
-            max_words=record.get("max_words"),
-            by_bucket=record["by_bucket"],
-        )
+        try:
+            return from_json(cls, unrecorded(path) | record)
+        except MissingField as e:
+            raise missing_field(path, e.name) from None
 
     @classmethod
     def read(cls, path: Path) -> StudyRecord:
         """The record in a study.json file."""
         return cls.from_json(read_json(path), path)
 
+    def to_json(self) -> dict:
+        """study.json's object: the same keys, in the same order, as every earlier one."""
+        rows = {"concat": [r.to_json() for r in self.concat]}
+        return asdict(self) | rows | {"by_bucket": [r.to_json() for r in self.by_bucket]}
+
     def write(self, path: Path) -> None:
         """Write study.json (the same keys, in the same order, as every earlier one)."""
-        write_json(path, asdict(self))
+        write_json(path, self.to_json())
+
+
+def unrecorded(path: Path) -> dict:
+    """What a study.json (at path) written before a field was kept reads for it."""
+    fields = dict.fromkeys(("precision", "train_cleaning", "dev_ppl", "wall_seconds", "max_words"))
+    return (
+        fields
+        | {"run_dir": str(path.parent), "search": {}}
+        | {
+            "hardware": ["unrecorded"],
+            "code": ["unrecorded"],
+        }
+    )
+
+
+def missing_field(path: Path, key: str) -> StudyError:
+    """The StudyError of a file without a field the study reads."""
+    return StudyError(
+        f"{path} has no '{key}' field: it was not written by this project's train.py or "
+        "evaluate.py; delete it and run the study again"
+    )
 
 
 def field(record: dict, key: str, path: Path):
     """record[key], or a StudyError naming the file and the missing field."""
     if key not in record:
-        raise StudyError(
-            f"{path} has no '{key}' field: it was not written by this project's train.py or "
-            "evaluate.py; delete it and run the study again"
-        )
+        raise missing_field(path, key)
     return record[key]
-
-
-def finished_metrics(run_dir: Path) -> dict | None:
-    """metrics.json of a run that completed, else None."""
-    path = run_dir / "metrics.json"
-    if not path.is_file():
-        return None
-    metrics = read_json(path)
-    return metrics if metrics.get("complete", True) else None
-
-
-def stored_config(run_dir: Path) -> DictConfig:
-    """The training config of a run (.hydra/config.yaml); run_dir (Hydra's output folder, kept
-    unresolved by train.py) is the folder the run is read from."""
-    path = run_dir / ".hydra" / "config.yaml"
-    if not path.is_file():
-        raise StudyError(f"{path} is missing: {run_dir} was not trained by this study")
-    config = OmegaConf.load(path)
-    config.run_dir = str(run_dir)
-    return config
-
-
-def resolved_config(run_dir: Path) -> dict:
-    """stored_config as plain containers, interpolations resolved."""
-    return OmegaConf.to_container(stored_config(run_dir), resolve=True)
 
 
 def trained_on(run_dir: Path, key: str) -> list[str]:
     """The machines ("hardware") or code ("code") of a run's segments; "unrecorded" if absent."""
-    return sorted({s.get(key) or "unrecorded" for s in read_segments(run_dir)})
+    return sorted({s.get(key) or "unrecorded" for s in Run(run_dir).segments()})
 
 
 def current_record(run_dir: Path) -> StudyRecord | None:
     """study.json of a finished run scored at its final step with the study's search, else None."""
-    metrics = finished_metrics(run_dir)
+    metrics = Run(run_dir).finished_metrics()
     path = run_dir / STUDY_FILE
     if metrics is None or not path.is_file():
         return None
@@ -176,7 +207,7 @@ def current_record(run_dir: Path) -> StudyRecord | None:
 def record_mismatch(job: Job, record_dir: Path, overrides: Sequence[str]) -> list[str]:
     """'key: recorded -> now' for each training setting of a record that the study would change."""
     wanted = OmegaConf.to_container(compose_config(train_overrides(job, overrides)), resolve=True)
-    stored = resolved_config(record_dir)
+    stored = Run(record_dir).resolved_config()
     refused, _ = setting_differences(stored, wanted)
     return refused
 
@@ -236,7 +267,7 @@ def retrain_command(record: StudyRecord) -> str:
         f"seed={record.seed}",
     ]
     now = OmegaConf.to_container(compose_config([*words, "run_dir=."]), resolve=True)
-    then = resolved_config(Path(record.run_dir))
+    then = Run(Path(record.run_dir)).resolved_config()
     multi30k = loads_multi30k(now.get("data")) and loads_multi30k(then.get("data"))
     now, then = flatten(now), flatten(then)
     for key in sorted(set(now) | set(then)):
@@ -253,7 +284,7 @@ def retrain_command(record: StudyRecord) -> str:
 def training_settings(record: StudyRecord) -> dict:
     """A record's resolved training config without its seed and rate (what one configuration's
     runs share; the rate is the report's own check, per variant)."""
-    config = resolved_config(Path(record.run_dir))
+    config = Run(Path(record.run_dir)).resolved_config()
     config.pop("seed", None)
     config.get("optim", {}).pop("lr_scale", None)
     return config
@@ -300,13 +331,7 @@ def keep_record(run_dir: Path, record_dir: Path) -> None:
         return
     staging = record_dir.with_name(record_dir.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    for name in RECORD_FILES:
-        if (run_dir / name).is_file():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(run_dir / name, staging / name)
-    for name in RECORD_FOLDERS:
-        if (run_dir / name).is_dir():
-            shutil.copytree(run_dir / name, staging / name)
+    Run(run_dir).copy_into(staging, RECORD_FILES, RECORD_FOLDERS)
     shutil.rmtree(record_dir, ignore_errors=True)
     staging.rename(record_dir)  # a record appears whole or not at all
 
@@ -341,10 +366,10 @@ def check_record(record: StudyRecord, run_dir: Path, parts: tuple[str, ...]) -> 
             f"{run_dir / STUDY_FILE} records {'/'.join(said)} but lies in "
             f"{'/'.join(parts)}: a record copied into another run's folder; restore its own"
         )
-    path = run_dir / "eval" / f"{record.test.eval}.json"
+    path = Run(run_dir).evaluation_file(record.test.eval)
     scored = read_json(path) if path.is_file() else {}
-    quoted = {"bleu": record.test.bleu, "chrf": record.test.chrf}
-    quoted["n_sentences"] = record.test.n_sentences
+    test = record.test
+    quoted = {"bleu": test.bleu, "chrf": test.chrf, "n_sentences": test.n_sentences}
     differ = [f"{k} {v} vs {scored.get(k)}" for k, v in quoted.items() if scored.get(k) != v]
     if differ:
         raise StudyError(

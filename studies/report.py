@@ -7,7 +7,7 @@ JSON and plots of ``results/<study>/`` (docs/study.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from common.files import replaced_folder, write_json, write_text
@@ -24,9 +24,12 @@ from evaluation.statistics import (
     stdev,
     two_level_bootstrap,
 )
-from studies.buckets import bucket_markdown, bucket_table, plot_bucket_ratio
+from runs.run import Run
+from studies.buckets import BucketTable, bucket_markdown, bucket_table, plot_bucket_ratio
 from studies.cells import (
+    DifferenceTest,
     cell,
+    difference_p_cell,
     equivalence_cell,
     interval,
     interval_cell,
@@ -34,7 +37,21 @@ from studies.cells import (
     power_cell,
     seeds_cell,
 )
-from studies.concat import concat_markdown, concat_table, plot_bleu_vs_k
+from studies.compared import (
+    BaselineDifference,
+    Compared,
+    ComparedDifference,
+    ComparedVariant,
+    PaperRowE,
+    RowE,
+    SeedDifference,
+    StudyNote,
+    Table3,
+    VariantIntervals,
+    VariantRow,
+    shallow,
+)
+from studies.concat import ConcatTable, concat_markdown, concat_table, plot_bleu_vs_k
 from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
 from studies.records import (
     StudyRecord,
@@ -42,11 +59,47 @@ from studies.records import (
     position_settings,
     retrain_command,
     scored_runs,
-    stored_config,
 )
+from studies.rows import from_json
 from studies.tuning import Choice, read_choices
 
 NOTE_FILE = "NOTE.md"  # a report folder's note by hand, quoted atop its README
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One scored run in runs.json: its scores, where it trained and its train.py command."""
+
+    condition: str
+    variant: str
+    seed: int
+    step: int
+    dev_ppl: float | None
+    wall_seconds: float | None
+    bleu: float
+    chrf: float
+    hardware: list[str]
+    code: list[str]
+    command: str
+
+
+@dataclass(frozen=True)
+class ScoredRuns:
+    """runs.json: every scored run, the run folders left out, the plan's runs without a record."""
+
+    runs: list[RunRow]
+    unscored: list[str]
+    missing: list[str]
+
+
+@dataclass(frozen=True)
+class Report(ScoredRuns):
+    """What write_report wrote: runs.json's runs, Table 3 (None: no all-lengths run), the
+    concatenation test and the length buckets."""
+
+    table3: Table3 | None
+    concat: ConcatTable
+    buckets: BucketTable
 
 
 def rates_of(records: list[StudyRecord]) -> dict[str, float]:
@@ -55,7 +108,7 @@ def rates_of(records: list[StudyRecord]) -> dict[str, float]:
     rates: dict[str, dict[float, list[str]]] = {}
     for record in records:
         if record.condition == "all":
-            rate = float(stored_config(Path(record.run_dir)).optim.lr_scale)
+            rate = float(Run(Path(record.run_dir)).config().optim.lr_scale)
             rates.setdefault(record.variant, {}).setdefault(rate, []).append(record.label)
     for variant, by_rate in rates.items():
         if len(by_rate) > 1:
@@ -74,20 +127,20 @@ def chosen_rates(tuning: Path | Sequence[Path] | None) -> dict[str, Choice]:
     return {} if not tuning else read_choices(tuning)
 
 
-def rate_cell(row: dict, checked: bool) -> str:
+def rate_cell(row: VariantRow, checked: bool) -> str:
     """×rate, and against tuning.json's choice (at its budget) where one was given (checked)."""
-    rate, chosen, steps = row.get("lr_scale"), row.get("chosen_lr_scale"), row.get("chosen_at")
+    rate, chosen, steps = row.lr_scale, row.chosen_lr_scale, row.chosen_at
     text = "—" if rate is None else f"×{rate:g}"
     if not checked:
         return text
     if chosen is None:
         return f"{text} (none chosen yet)"
-    word = "chosen" if row.get("chosen_final") else "chosen so far"
+    word = "chosen" if row.chosen_final else "chosen so far"
     where = f" at {steps} steps" if steps else ""
     return f"{text} ({word}{where})" if chosen == rate else f"{text} (≠ {word} ×{chosen:g}{where})"
 
 
-def provenance_line(runs: list[dict], key: str, what: str) -> str:
+def provenance_line(runs: list[RunRow], key: str, what: str) -> str:
     """The report's line on the machines (key "hardware") or code ("code") its runs trained on.
 
     A run resumed on another machine or code counts under each; the runs with a segment from
@@ -95,13 +148,11 @@ def provenance_line(runs: list[dict], key: str, what: str) -> str:
     """
     counts: dict[str, int] = {}
     for run in runs:
-        for name in run.get(key, ["unrecorded"]):
+        for name in getattr(run, key):
             counts[name] = counts.get(name, 0) + 1
     parts = [f"{name} ({n})" for name, n in sorted(counts.items()) if name != "unrecorded"]
     unrecorded = [
-        f"{r['condition']}/{r['variant']}/seed-{r['seed']}"
-        for r in runs
-        if "unrecorded" in r.get(key, ["unrecorded"])
+        f"{r.condition}/{r.variant}/seed-{r.seed}" for r in runs if "unrecorded" in getattr(r, key)
     ]
     if unrecorded:
         parts.append(
@@ -120,7 +171,7 @@ def table3(
     baseline: str = "sinusoidal",
     rates: dict[str, float] | None = None,
     chosen: dict[str, Choice] | None = None,
-) -> dict:
+) -> Table3 | None:
     """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
 
     Per variant: dev PPL, sacreBLEU and chrF mean ± std and 95% interval over seeds; every
@@ -133,29 +184,31 @@ def table3(
     rates = rates_of(records) if rates is None else rates
     runs = [r for r in records if r.condition == "all"]
     if not runs:
-        return {}
-    result = compare(
-        [Path(r.run_dir) for r in runs],
-        TABLE3_EVAL,
-        out,
-        resamples=resamples,
-        baseline=baseline,
-    )
+        return None
+    compared = Compared.from_json(
+        compare([Path(r.run_dir) for r in runs], TABLE3_EVAL, out, resamples=resamples,
+                baseline=baseline)
+    )  # fmt: skip
     by_variant: dict[str, list[StudyRecord]] = {}
     for run in runs:
         by_variant.setdefault(run.variant, []).append(run)
-    for row in result["variants"]:
-        add_variant_summary(row, by_variant.get(row["variant"], []), rates, chosen or {})
-    add_paired_tests(result["differences"], by_variant, baseline)
-    result["differences_to_learned"] = differences_to(by_variant, ROW_E[1])
-    result["row_e"] = row_e(by_variant, resamples)
-    in_family = [d for d in result["differences"] if (d["baseline"], d["variant"]) == ROW_E]
-    if result["row_e"] and in_family:  # its Holm p within "each variant minus sinusoidal"
-        result["row_e"]["bleu"]["p_holm"] = in_family[0]["across_seeds"].get("p_holm")
+    variants = [
+        variant_row(row, by_variant.get(row.variant, []), rates, chosen or {})
+        for row in compared.variants
+    ]
+    differences = paired_tests(compared.differences, by_variant, baseline)
+    row = row_e(by_variant, resamples)
+    in_family = [d for d in differences if (d.baseline, d.variant) == ROW_E]
+    if row and in_family:  # its Holm p within "each variant minus sinusoidal"
+        row.bleu["p_holm"] = from_json(DifferenceTest, in_family[0].across_seeds).p_holm
     steps = sorted({r.step for r in runs})
-    result["study"] = {"condition": "all", "steps": steps, "equal_steps": len(steps) == 1}
-    result["study"]["rates_checked_against_tuning"] = bool(chosen)
-    write_json(out / "compare.json", result)
+    result = Table3(
+        **shallow(compared) | {"variants": variants, "differences": differences},
+        differences_to_learned=differences_to(by_variant, ROW_E[1]),
+        row_e=row,
+        study=StudyNote("all", steps, len(steps) == 1, bool(chosen)),
+    )
+    write_json(out / "compare.json", asdict(result))
     write_text(out / "table3.md", table3_markdown(result))
     title = f"test BLEU, {', '.join(f'{s:,}' for s in steps)} steps, each at its rate"
     plot_differences(headline_bars(result), baseline, title, out / HEADLINE)
@@ -183,23 +236,23 @@ class GlanceRow:
     p_holm: float | None
 
 
-def glance_rows(result: dict) -> list[GlanceRow]:
+def glance_rows(result: Table3) -> list[GlanceRow]:
     """The table's rows of a compare result (table3's), the highest BLEU first."""
-    diffs = {d["variant"]: d["across_seeds"] for d in result["differences"]}
+    diffs = {d.variant: from_json(DifferenceTest, d.across_seeds) for d in result.differences}
     rows = []
-    for v in result["variants"]:
-        d = diffs.get(v["variant"], {})
+    for v in result.variants:
+        d = diffs.get(v.variant, DifferenceTest())
         rows.append(GlanceRow(
-            v["variant"], len(v["seeds"]), v["lr_scale"], v["dev_ppl_mean"], v["bleu_mean"],
-            v["bleu_std"], d.get("difference"), d.get("low"), d.get("high"), d.get("p_holm"),
+            v.variant, len(v.seeds), v.lr_scale, v.dev_ppl_mean, v.bleu_mean,
+            v.bleu_std, d.difference, d.low, d.high, d.p_holm,
         ))  # fmt: skip
     return sorted(rows, key=lambda r: -r.bleu)
 
 
-def glance_markdown(result: dict) -> str:
+def glance_markdown(result: Table3) -> str:
     """The README's table: variant, seeds, rate, dev PPL, BLEU, and minus the baseline with
     its 95% interval and Holm p."""
-    base = result["baseline"]
+    base = result.baseline
     lines = [
         f"| variant | seeds | rate | dev PPL | BLEU (mean ± SD) | minus {base} [95% CI] | Holm p |",
         "|---|---:|---|---:|---|---|---:|",
@@ -216,59 +269,65 @@ def glance_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def headline_bars(result: dict) -> list[DifferenceBar]:
+def headline_bars(result: Table3) -> list[DifferenceBar]:
     """Each variant minus the baseline across seeds (paired t), as the headline draws it."""
+    tests = [(d.variant, from_json(DifferenceTest, d.across_seeds)) for d in result.differences]
     return [
-        DifferenceBar(
-            d["variant"],
-            d["across_seeds"]["difference"],
-            d["across_seeds"].get("low"),
-            d["across_seeds"].get("high"),
-            len(d["across_seeds"]["seeds"]),
-        )
-        for d in result["differences"]
-        if d.get("across_seeds", {}).get("difference") is not None
+        DifferenceBar(variant, t.difference, t.low, t.high, len(t.seeds))
+        for variant, t in tests
+        if t.difference is not None
     ]
 
 
-def add_variant_summary(
-    row: dict, mine: list[StudyRecord], rates: dict[str, float], chosen: dict[str, Choice]
-) -> None:
-    """A Table 3 row's intervals over seeds, steps, learning rate and its tuning choice."""
-    row["intervals"] = {
-        "dev_ppl": interval([r.dev_ppl for r in mine]),
-        "bleu": interval([r.test.bleu for r in mine]),
-        "chrf": interval([r.test.chrf for r in mine]),
-        "tok_bleu": interval([r.test.tok_bleu for r in mine]),
-    }
-    row["steps_by_seed"] = {str(r.seed): r.step for r in mine}
-    row["lr_scale"] = rates.get(row["variant"])
-    row["position_settings"] = position_settings(mine[0]) if mine else []
-    choice = chosen.get(row["variant"])
-    row["chosen_lr_scale"] = None if choice is None else choice.lr_scale
-    row["chosen_at"] = None if choice is None else choice.max_steps  # the grid's budget
-    row["chosen_final"] = choice is not None and choice.complete
+def variant_row(
+    row: ComparedVariant,
+    mine: list[StudyRecord],
+    rates: dict[str, float],
+    chosen: dict[str, Choice],
+) -> VariantRow:
+    """A Table 3 row: compare's, then intervals over seeds, steps, learning rate and its tuning
+    choice."""
+    choice = chosen.get(row.variant)
+    return VariantRow(
+        **shallow(row),
+        intervals=VariantIntervals(
+            dev_ppl=interval([r.dev_ppl for r in mine]),
+            bleu=interval([r.test.bleu for r in mine]),
+            chrf=interval([r.test.chrf for r in mine]),
+            tok_bleu=interval([r.test.tok_bleu for r in mine]),
+        ),
+        steps_by_seed={str(r.seed): r.step for r in mine},
+        lr_scale=rates.get(row.variant),
+        position_settings=position_settings(mine[0]) if mine else [],
+        chosen_lr_scale=None if choice is None else choice.lr_scale,
+        chosen_at=None if choice is None else choice.max_steps,  # the grid's budget
+        chosen_final=choice is not None and choice.complete,
+    )
 
 
-def add_paired_tests(
-    differences: list[dict], by_variant: dict[str, list[StudyRecord]], baseline: str
-) -> None:
+def paired_tests(
+    differences: list[ComparedDifference], by_variant: dict[str, list[StudyRecord]], baseline: str
+) -> list[BaselineDifference]:
     """Each variant minus the baseline: chrF by seed, the BLEU difference 80% power detects and
     its TOST at ±1 BLEU; chrF's and TOST's p Holm-adjusted within the family."""
     base = by_variant.get(baseline, [])
+    rows = []
     for diff in differences:
-        other = by_variant[diff["variant"]]
-        diff["chrf_across_seeds"] = difference_over_seeds(
-            scores_by_seed(base, "chrf"), scores_by_seed(other, "chrf")
+        other = by_variant[diff.variant]
+        bleu = scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu")
+        rows.append(
+            BaselineDifference(
+                **shallow(diff),
+                chrf_across_seeds=difference_over_seeds(
+                    scores_by_seed(base, "chrf"), scores_by_seed(other, "chrf")
+                ),
+                power=paired_power(*bleu),
+                equivalence=asdict(paired_equivalence(*bleu)),
+            )
         )
-        diff["power"] = asdict(
-            paired_power(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
-        )
-        diff["equivalence"] = asdict(
-            paired_equivalence(scores_by_seed(base, "bleu"), scores_by_seed(other, "bleu"))
-        )
-    for key in ("chrf_across_seeds", "equivalence"):
-        add_holm([diff[key] for diff in differences])
+    add_holm([diff.chrf_across_seeds for diff in rows])
+    add_holm([diff.equivalence for diff in rows])
+    return rows
 
 
 def scores_by_seed(runs: list[StudyRecord], key: str) -> dict[int, float]:
@@ -276,37 +335,30 @@ def scores_by_seed(runs: list[StudyRecord], key: str) -> dict[int, float]:
     return {r.seed: getattr(r.test, key) for r in runs}
 
 
-def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> list[dict]:
+def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> list[SeedDifference]:
     """Each variant minus baseline by seed (sacreBLEU, chrF), each column one Holm family."""
     base = by_variant.get(baseline, [])
     if not base:
         return []
-    diffs = [
-        {
-            "variant": variant,
-            "baseline": baseline,
-            "across_seeds": difference_over_seeds(
-                scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
-            ),
-            "chrf_across_seeds": difference_over_seeds(
-                scores_by_seed(base, "chrf"), scores_by_seed(runs, "chrf")
-            ),
-            "power": asdict(
-                paired_power(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu"))
-            ),
-            "equivalence": asdict(
-                paired_equivalence(scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu"))
-            ),
-        }
-        for variant, runs in sorted(by_variant.items())
-        if variant != baseline
-    ]
-    for key in ("across_seeds", "chrf_across_seeds", "equivalence"):
-        add_holm([diff[key] for diff in diffs])
+    diffs = []
+    for variant, runs in sorted(by_variant.items()):
+        if variant == baseline:
+            continue
+        bleu = scores_by_seed(base, "bleu"), scores_by_seed(runs, "bleu")
+        chrf = scores_by_seed(base, "chrf"), scores_by_seed(runs, "chrf")
+        diffs.append(
+            SeedDifference(
+                variant, baseline, difference_over_seeds(*bleu), difference_over_seeds(*chrf),
+                paired_power(*bleu), asdict(paired_equivalence(*bleu)),
+            )
+        )  # fmt: skip
+    add_holm([d.across_seeds for d in diffs])
+    add_holm([d.chrf_across_seeds for d in diffs])
+    add_holm([d.equivalence for d in diffs])
     return diffs
 
 
-def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> dict | None:
+def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> RowE | None:
     """Learned minus sinusoidal by seed: t-interval, TOST at ±1 BLEU, power, two-level bootstrap.
 
     The bootstrap (resamples > 0) resamples the shared seeds, then each seed's test sentences,
@@ -334,27 +386,26 @@ def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> dict | No
             resamples,
         )
     paper_base, paper_other = PAPER[ROW_E[0]][1], PAPER[ROW_E[1]][1]
-    return {
-        "variant": ROW_E[1],
-        "baseline": ROW_E[0],
-        "seeds": seeds,
-        "bleu": difference_over_seeds(base, other),
-        "tok_bleu": difference_over_seeds(
+    return RowE(
+        variant=ROW_E[1],
+        baseline=ROW_E[0],
+        seeds=seeds,
+        bleu=difference_over_seeds(base, other),
+        tok_bleu=difference_over_seeds(
             scores_by_seed(base_runs, "tok_bleu"), scores_by_seed(other_runs, "tok_bleu")
         ),
-        "equivalence": asdict(equivalence(diffs)),
-        "power": asdict(power_statement(stdev(diffs), len(diffs))),
-        "two_level_bootstrap": None if bootstrap is None else asdict(bootstrap),
-        "paper": {
-            ROW_E[0]: paper_base,
-            ROW_E[1]: paper_other,
-            "difference": round(paper_other - paper_base, 2),
-            "note": "tokenized BLEU on newstest2013, one run each, Vaswani et al. 2017 Table 3",
-        },
-    }
+        equivalence=equivalence(diffs),
+        power=power_statement(stdev(diffs), len(diffs)),
+        two_level_bootstrap=bootstrap,
+        paper=PaperRowE(
+            **{ROW_E[0]: paper_base, ROW_E[1]: paper_other},
+            difference=round(paper_other - paper_base, 2),
+            note="tokenized BLEU on newstest2013, one run each, Vaswani et al. 2017 Table 3",
+        ),
+    )
 
 
-def table3_markdown(result: dict) -> str:
+def table3_markdown(result: Table3) -> str:
     """Table 3 (E) extended: per variant mean ± std [95% interval] and the paired differences."""
     lines = [
         f"# Table 3 (E) extended: test_2016_flickr, beam {SEARCH['beam']}, alpha "
@@ -364,19 +415,18 @@ def table3_markdown(result: dict) -> str:
         "| paper BLEU |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    checked = result["study"].get("rates_checked_against_tuning")
-    for row in result["variants"]:
-        iv = row["intervals"]
-        steps = ", ".join(sorted(set(map(str, row["steps_by_seed"].values()))))
-        paper_ppl = "—" if row["paper_ppl"] is None else f"{row['paper_ppl']:.2f}"
-        paper_bleu = "—" if row["paper_bleu"] is None else f"{row['paper_bleu']:.1f}"
-        rate = rate_cell(row, checked)
-        settings = ", ".join(row.get("position_settings", []))
-        variant = f"{row['variant']} ({settings})" if settings else row["variant"]
+    for row in result.variants:
+        iv = row.intervals
+        steps = ", ".join(sorted(set(map(str, row.steps_by_seed.values()))))
+        paper_ppl = "—" if row.paper_ppl is None else f"{row.paper_ppl:.2f}"
+        paper_bleu = "—" if row.paper_bleu is None else f"{row.paper_bleu:.1f}"
+        rate = rate_cell(row, result.study.rates_checked_against_tuning)
+        settings = ", ".join(row.position_settings)
+        variant = f"{row.variant} ({settings})" if settings else row.variant
         lines.append(
-            f"| {variant} | {', '.join(map(str, row['seeds']))} | {steps} | {rate} "
-            f"| {cell(iv['dev_ppl'])} | {cell(iv['bleu'])} | {cell(iv['chrf'])} "
-            f"| {cell(iv['tok_bleu'])} | {paper_ppl} | {paper_bleu} |"
+            f"| {variant} | {', '.join(map(str, row.seeds))} | {steps} | {rate} "
+            f"| {cell(iv.dev_ppl)} | {cell(iv.bleu)} | {cell(iv.chrf)} "
+            f"| {cell(iv.tok_bleu)} | {paper_ppl} | {paper_bleu} |"
         )
     lines += [
         "",
@@ -385,22 +435,23 @@ def table3_markdown(result: dict) -> str:
         "chose on dev (at the budget of the grid that chose it) where its tuning.json was given "
         "(--tuning); in brackets after a variant, "
         "the position settings its runs trained with other than configs/position's (SHAPE's "
-        f"K: max_shift). {result['paper_note']}",
+        f"K: max_shift). {result.paper_note}",
     ]
-    families = [(result["baseline"], result["differences"], True)]
-    families.append((ROW_E[1], result.get("differences_to_learned", []), False))
-    for baseline, diffs, bootstrap in families:
-        lines += difference_section(baseline, diffs, bootstrap)
-    if result.get("row_e"):
-        lines += row_e_markdown(result["row_e"])
-    study = result["study"]
-    same = "every run" if study["equal_steps"] else "NOT every run (steps differ)"
-    lines += ["", f"Steps: {', '.join(map(str, study['steps']))} ({same} at one budget)."]
+    lines += difference_section(result.baseline, result.differences, True)
+    lines += difference_section(ROW_E[1], result.differences_to_learned, False)
+    if result.row_e:
+        lines += row_e_markdown(result.row_e)
+    study = result.study
+    same = "every run" if study.equal_steps else "NOT every run (steps differ)"
+    lines += ["", f"Steps: {', '.join(map(str, study.steps))} ({same} at one budget)."]
     return "\n".join(lines) + "\n"
 
 
-def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> list[str]:
-    """One family's table: each variant minus baseline by seed, p and Holm p by each interval."""
+def difference_section(
+    baseline: str, diffs: list[BaselineDifference] | list[SeedDifference], bootstrap: bool
+) -> list[str]:
+    """One family's table: each variant minus baseline by seed, p and Holm p by each interval;
+    bootstrap: with compare's paired bootstrap (BaselineDifference)."""
     if not diffs:
         return []
     lines = [
@@ -420,67 +471,67 @@ def difference_section(baseline: str, diffs: list[dict], bootstrap: bool) -> lis
         "|---|---|---|---|---|---|---|---|" + ("---|" if bootstrap else ""),
     ]
     for diff in diffs:
-        bleu, chrf = diff["across_seeds"], diff["chrf_across_seeds"]
+        bleu, chrf = diff.across_seeds, diff.chrf_across_seeds
         line = (
-            f"| {diff['variant']} | {seeds_cell(bleu)} | {interval_cell(bleu)} | {p_cell(bleu)} "
-            f"| {interval_cell(chrf)} | {p_cell(chrf)} | {power_cell(diff.get('power') or {})} "
-            f"| {equivalence_cell(diff.get('equivalence') or {})} |"
+            f"| {diff.variant} | {seeds_cell(bleu)} | {interval_cell(bleu)} "
+            f"| {difference_p_cell(bleu)} | {interval_cell(chrf)} | {difference_p_cell(chrf)} "
+            f"| {power_cell(diff.power)} | {equivalence_cell(diff.equivalence)} |"
         )
         if bootstrap:
-            boot = diff.get("bootstrap")
+            boot = diff.bootstrap
             line += (
                 " — |"
                 if not boot
                 else (
-                    f" {boot['difference']:+.2f} [{boot['low']:+.2f}, {boot['high']:+.2f}], "
-                    f"p {p_cell(boot, 'p_value', 'n/a')} (seed {boot['seeds'][0]} vs "
-                    f"{boot['seeds'][1]}) |"
+                    f" {boot.difference:+.2f} [{boot.low:+.2f}, {boot.high:+.2f}], "
+                    f"p {p_cell(boot.p_value, boot.p_holm, 'n/a')} (seed {boot.seeds[0]} vs "
+                    f"{boot.seeds[1]}) |"
                 )
             )
         lines.append(line)
     return lines
 
 
-def row_e_markdown(row: dict) -> list[str]:
+def row_e_markdown(row: RowE) -> list[str]:
     """Row (E): the t-interval, the two-level bootstrap, TOST at ±margin, power and the paper."""
-    eq, power = row["equivalence"], row["power"]
-    boot, paper = row["two_level_bootstrap"], row["paper"]
-    title = f"{row['variant']} minus {row['baseline']}"
-    lines = ["", f"## Row (E): {title}, paired by seed ({', '.join(map(str, row['seeds']))})", ""]
+    eq, power = row.equivalence, row.power
+    boot, paper = row.two_level_bootstrap, row.paper
+    title = f"{row.variant} minus {row.baseline}"
+    lines = ["", f"## Row (E): {title}, paired by seed ({', '.join(map(str, row.seeds))})", ""]
     lines += ["| measure | value |", "|---|---|"]
-    bleu = f"{interval_cell(row['bleu'])}, p {p_cell(row['bleu'])}"
+    bleu = f"{interval_cell(row.bleu)}, p {difference_p_cell(row.bleu)}"
     lines.append(f"| Δ sacreBLEU, t-interval over seeds [95%], p | {bleu} |")
     if boot:
         lines.append(
             f"| Δ sacreBLEU, two-level bootstrap (seeds, then test sentences; "
-            f"{boot['resamples']} resamples) [95%] | {boot['difference']:+.2f} "
-            f"[{boot['low']:+.2f}, {boot['high']:+.2f}] |"
+            f"{boot.resamples} resamples) [95%] | {boot.difference:+.2f} "
+            f"[{boot.low:+.2f}, {boot.high:+.2f}] |"
         )
-    lines.append(f"| Δ tok. BLEU, t-interval over seeds [95%] | {interval_cell(row['tok_bleu'])} |")
-    if eq["p"] is not None:
-        verdict = "equivalent" if eq["equivalent"] else "equivalence not shown"
+    lines.append(f"| Δ tok. BLEU, t-interval over seeds [95%] | {interval_cell(row.tok_bleu)} |")
+    if eq.p is not None:
+        verdict = "equivalent" if eq.equivalent else "equivalence not shown"
         lines += [
-            f"| Equivalence at ±{eq['margin']:.1f} BLEU (two one-sided paired t-tests, α "
-            f"{eq['alpha']}) | p {eq['p']:.3f}: {verdict} |",
-            f"| Smallest margin shown equivalent (90% interval [{eq['ci_low']:+.2f}, "
-            f"{eq['ci_high']:+.2f}]) | ±{eq['smallest_margin']:.2f} BLEU |",
+            f"| Equivalence at ±{eq.margin:.1f} BLEU (two one-sided paired t-tests, α "
+            f"{eq.alpha}) | p {eq.p:.3f}: {verdict} |",
+            f"| Smallest margin shown equivalent (90% interval [{eq.ci_low:+.2f}, "
+            f"{eq.ci_high:+.2f}]) | ±{eq.smallest_margin:.2f} BLEU |",
         ]
-    if power["detectable"] is not None:
+    if power.detectable is not None:
         lines.append(
-            f"| 80% power (α {power['alpha']}, SD of paired differences {power['sd']:.2f}) "
-            f"| detects ±{power['detectable']:.2f} BLEU with {power['n']} seeds; ±1.0 needs "
-            f"{power['seeds_for_one']} |"
+            f"| 80% power (α {power.alpha}, SD of paired differences {power.sd:.2f}) "
+            f"| detects ±{power.detectable:.2f} BLEU with {power.n} seeds; ±1.0 needs "
+            f"{power.seeds_for_one} |"
         )
     lines.append(
-        f"| Paper: {paper['note']} | {paper[row['variant']]} vs {paper[row['baseline']]} "
-        f"({paper['difference']:+.1f}) |"
+        f"| Paper: {paper.note} | {getattr(paper, row.variant)} vs "
+        f"{getattr(paper, row.baseline)} ({paper.difference:+.1f}) |"
     )
     if boot:
         lines += [
             "",
             "The t-interval reads the spread over seeds on this one test set; the two-level "
             "bootstrap adds which test sentences were drawn, but a resample of "
-            f"{len(boot['seeds'])} seeds keeps only (n - 1)/n of their variance and takes few "
+            f"{len(boot.seeds)} seeds keeps only (n - 1)/n of their variance and takes few "
             "distinct values, so with few seeds it understates the seed spread.",
         ]
     return lines
@@ -519,24 +570,24 @@ def pictures_line(folder: Path, out: Path) -> str:
     )
 
 
-def write_extrapolation(records: list[StudyRecord], out: Path) -> tuple[dict, dict]:
+def write_extrapolation(records: list[StudyRecord], out: Path) -> tuple[ConcatTable, BucketTable]:
     """The concatenation test and the per-bucket table (short vs all), with their plots."""
     concat = concat_table(records)
-    write_json(out / "concat.json", concat)
+    write_json(out / "concat.json", asdict(concat))
     write_text(out / "concat.md", concat_markdown(concat))
     plot_bleu_vs_k(concat, out / "bleu_vs_k.png")
     buckets = bucket_table(records)
-    write_json(out / "buckets.json", buckets)
+    write_json(out / "buckets.json", asdict(buckets))
     write_text(out / "buckets.md", bucket_markdown(buckets))
-    if buckets["rows"]:
+    if buckets.rows:
         plot_bucket_ratio(buckets, out / "bucket_ratio.png")
     return concat, buckets
 
 
-def readme_lines(folder: Path, runs: dict, out: Path) -> list[str]:
+def readme_lines(folder: Path, runs: ScoredRuns, out: Path) -> list[str]:
     """The report's README (written in folder, read in out): its note, links to each table,
     and where the runs came from."""
-    scored, missing, unscored = runs["runs"], runs["missing"], runs["unscored"]
+    scored, missing, unscored = runs.runs, runs.missing, runs.unscored
     return [
         f"# The position-encoding study: {len(scored)} scored runs",
         "",
@@ -556,7 +607,7 @@ def readme_lines(folder: Path, runs: dict, out: Path) -> list[str]:
         "",
         "Each run's `train.py` command, which composes to the config it trained with (paths "
         "and Multi30k's source aside), is its `command` in runs.json; e.g. "
-        f"`{scored[0]['command']}`."
+        f"`{scored[0].command}`."
         if scored
         else "",
     ]
@@ -568,7 +619,7 @@ def write_report(
     resamples: int = 1000,
     echo: Callable[[str], None] = print,
     tuning: Path | Sequence[Path] | None = None,
-) -> dict:
+) -> Report:
     """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run;
     tuning: tuning.json files whose chosen rates the runs' rates are checked against."""
     if resamples < 0:  # before anything is written (a negative count would mean no bootstrap)
@@ -588,7 +639,7 @@ def write_report(
 
 def write_report_files(
     records, unscored, root: Path, folder: Path, out: Path, resamples: int, echo, chosen
-) -> dict:
+) -> Report:
     """write_report's files into folder, which becomes out once all are written."""
     rates = rates_of(records)
     missing = missing_runs(records, root)
@@ -601,22 +652,22 @@ def write_report_files(
         )
     table = table3(records, folder, resamples, rates=rates, chosen=chosen)
     if table:  # where it will be, not where it was written
-        table["out_dir"] = str(out)
-        write_json(folder / "compare.json", table)
+        table = replace(table, out_dir=str(out))
+        write_json(folder / "compare.json", asdict(table))
     concat, buckets = write_extrapolation(records, folder)
-    runs = {
-        "runs": [
-            {k: getattr(r, k) for k in ("condition", "variant", "seed", "step", "dev_ppl")}
-            | {"wall_seconds": r.wall_seconds, "bleu": r.test.bleu, "chrf": r.test.chrf}
-            | {"hardware": r.hardware, "code": r.code, "command": retrain_command(r)}
-            for r in records
-        ],
-        "unscored": unscored,
-        "missing": missing,
-    }
-    write_json(folder / "runs.json", runs)
+    runs = ScoredRuns([run_row(r) for r in records], unscored, missing)
+    write_json(folder / "runs.json", asdict(runs))
     write_text(folder / "README.md", "\n".join(readme_lines(folder, runs, out)) + "\n")
     if table:
         echo(table3_markdown(table))
     echo(f"written: {out}/ (README.md, table3.md, compare.json, concat.json, buckets.json, plots)")
-    return {"table3": table, "concat": concat, "buckets": buckets, **runs}
+    return Report(**shallow(runs), table3=table, concat=concat, buckets=buckets)
+
+
+def run_row(record: StudyRecord) -> RunRow:
+    """A scored run's line of runs.json, with the train.py command that trains it again."""
+    return RunRow(
+        record.condition, record.variant, record.seed, record.step, record.dev_ppl,
+        record.wall_seconds, record.test.bleu, record.test.chrf, record.hardware, record.code,
+        retrain_command(record),
+    )  # fmt: skip

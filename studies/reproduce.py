@@ -17,7 +17,7 @@ from pathlib import Path
 from common.errors import UserError
 from common.files import read_json
 from runs.events import read_scalars
-from runs.record import read_segments
+from runs.run import Run
 
 # the machine's speed and memory (training/launch.py's log), not the training's arithmetic
 MACHINE_TAGS = ("train/tokens_per_s", "train/step_s", "train/memory_gib")
@@ -73,7 +73,7 @@ def series_agreement(name: str, record: dict[int, float], run: dict[int, float])
 
 def metrics_agreements(record_dir: Path, run_dir: Path) -> list[Agreement]:
     """metrics.json's training figures, where both runs finished the same number of steps."""
-    paths = (record_dir / "metrics.json", run_dir / "metrics.json")
+    paths = (Run(record_dir).metrics_file, Run(run_dir).metrics_file)
     if not all(p.is_file() for p in paths):
         return []
     record, run = (read_json(p) for p in paths)
@@ -89,8 +89,8 @@ def metrics_agreements(record_dir: Path, run_dir: Path) -> list[Agreement]:
 def translation_agreements(record_dir: Path, run_dir: Path) -> list[Agreement]:
     """Every evaluation's translations both folders hold (eval/<name>.hyp), line by line."""
     rows = []
-    for path in sorted((record_dir / "eval").glob("*.hyp")):
-        other = run_dir / "eval" / path.name
+    for name in Run(record_dir).evaluation_names(".hyp"):
+        path, other = Run(record_dir).hypotheses_file(name), Run(run_dir).hypotheses_file(name)
         if not other.is_file():
             continue
         lines = [
@@ -120,7 +120,7 @@ def agreements(record_dir: Path, run_dir: Path) -> list[Agreement]:
         values = read_scalars(folder)
         if not values:
             raise ReproduceError(
-                f"{flag} {folder}: no TensorBoard scalars in {folder / 'tensorboard'}; pass a "
+                f"{flag} {folder}: no TensorBoard scalars in {Run(folder).tensorboard}; pass a "
                 "run folder of train.py or a record of the study's store"
             )
         scalars.append(values)
@@ -145,7 +145,7 @@ def short_code(code: str) -> str:
 
 def machines(folder: Path) -> str:
     """Where and from which code a folder's run trained (its segments.json), for the report."""
-    segments = read_segments(folder)
+    segments = Run(folder).segments()
     kinds = sorted({f"{s.get('hardware')} @ {short_code(str(s.get('code')))}" for s in segments})
     return "; ".join(kinds) or "not recorded (no segments.json)"
 

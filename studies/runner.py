@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import compose_config
 from common.errors import UserError, first_line
+from runs.run import Run
 from studies.plan import (
     CONDITIONS,
     LAUNCHERS,
@@ -33,13 +34,7 @@ from studies.plan import (
     planned_jobs,
     run_dir_of,
 )
-from studies.records import (
-    StudyRecord,
-    finished_metrics,
-    keep_record,
-    record_mismatch,
-    recorded,
-)
+from studies.records import StudyRecord, keep_record, record_mismatch, recorded
 from studies.scoring import score_job
 from studies.tuning import (
     TunedRates,
@@ -205,7 +200,7 @@ def triage(
     for job in planned:
         settings = [*overrides, *rate_override((rates or {}).get(job.variant))]
         record = recorded(job, records, settings) if records is not None else None
-        finished_here = finished_metrics(job.run_dir) is not None
+        finished_here = Run(job.run_dir).finished_metrics() is not None
         if record is not None and (record.has_bucket_lengths or not finished_here):
             say(f"  {job.label}: recorded in {records}, not trained again")
             stored[job.label] = record
@@ -218,17 +213,17 @@ def triage(
             say(f"  {job.label}: finished in {job.run_dir}, not trained again")
             finished.append(job)
         else:
-            if any((job.run_dir / "checkpoints").glob("*.pt")):
-                say(f"  {job.label}: unfinished, resuming from {job.run_dir / 'checkpoints'}")
+            if Run(job.run_dir).has_checkpoints():
+                say(f"  {job.label}: unfinished, resuming from {Run(job.run_dir).checkpoints}")
             to_train.append(job)
     return stored, finished, to_train
 
 
 def score_and_keep(job: Job, root: Path, records: Path | None, max_words, say) -> StudyRecord:
     """Score a finished run (once) and copy its record to the store."""
-    metrics = finished_metrics(job.run_dir)
+    metrics = Run(job.run_dir).finished_metrics()
     if metrics is None:
-        raise StudyError(f"{job.label} did not finish: see {job.run_dir / 'train.log'}")
+        raise StudyError(f"{job.label} did not finish: see {Run(job.run_dir).log_file}")
     record = score_job(job, metrics, root / "concat_sets", max_words, say)
     if records is not None:
         keep_record(job.run_dir, run_dir_of(records, job.condition, job.variant, job.seed))

@@ -9,6 +9,7 @@ source-length bucket on test + validation (k = 1); the numbers go to ``<run_dir>
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import sacrebleu
@@ -17,8 +18,8 @@ from omegaconf import DictConfig
 from common.files import read_json, write_text
 from data.concatenation import join_consecutive_lines, leftover_lines
 from data.corpus import data_identity, load_split
-from evaluation.compare import search_settings
 from evaluation.evaluate import evaluate_run
+from runs.run import Run, RunFileError, search_settings
 from studies.extrapolation import bleu_by_bucket
 from studies.plan import (
     BUCKET_KEYS,
@@ -32,10 +33,46 @@ from studies.plan import (
     Job,
     StudyError,
 )
-from studies.records import StudyRecord, Table3Scores, field, stored_config, trained_on
+from studies.records import (
+    BucketRow,
+    ConcatRow,
+    StudyRecord,
+    Table3Scores,
+    field,
+    missing_field,
+    trained_on,
+)
+from studies.rows import MissingField, from_json
 
 
-def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
+@dataclass(frozen=True)
+class ConcatSet:
+    """One joined test set (a split, k sentences a line) written for a run's corpus."""
+
+    split: str
+    k: int
+    name: str  # its evaluation's name
+    src_file: Path
+    ref_file: Path
+    lines: int
+    left_out: int  # the split's last n % k lines
+    sentences: int
+
+
+@dataclass(frozen=True)
+class LengthScores:
+    """Corpus scores of some translations, with what tells a shorter output from a worse one."""
+
+    bleu: float
+    chrf: float
+    bp: float
+    length_ratio: float
+    hyp_len: int
+    ref_len: int
+    unigram_precision: float
+
+
+def concat_sets(data_cfg: DictConfig, out: Path) -> list[ConcatSet]:
     """Write the joined test sets (split x k) of a run's corpus under out; describe each.
 
     Lines i*k .. i*k+k-1 of a split joined with one space, references the same way; the last
@@ -58,43 +95,37 @@ def concat_sets(data_cfg: DictConfig, out: Path) -> list[dict]:
                 if not path.is_file() or path.read_text(encoding="utf-8") != text:
                     write_text(path, text)
             sets.append(
-                {
-                    "split": split,
-                    "k": k,
-                    "name": f"concat-{split}-k{k}",
-                    "src_file": src_path,
-                    "ref_file": ref_path,
-                    "lines": len(joined_src),
-                    "left_out": leftover_lines(len(srcs), k),
-                    "sentences": len(srcs),
-                }
+                ConcatSet(
+                    split=split,
+                    k=k,
+                    name=f"concat-{split}-k{k}",
+                    src_file=src_path,
+                    ref_file=ref_path,
+                    lines=len(joined_src),
+                    left_out=leftover_lines(len(srcs), k),
+                    sentences=len(srcs),
+                )
             )
     return sets
 
 
-def eval_is_current(path: Path, run_dir: Path, step: int) -> bool:
-    """Whether an eval JSON scores the run's final step (its `step`, else newer than last.pt)
-    with the study's search."""
-    if not path.is_file():
+def eval_is_current(run: Run, name: str, step: int) -> bool:
+    """Whether the run's evaluation name is current (runs.Run.is_current, the run's last step
+    being step) and searched as the study does."""
+    record = run.evaluation(name)
+    if record is None:
         return False
-    record = read_json(path)
     if {key: search_settings(record)[key] for key in SEARCH} != SEARCH:
         return False
-    if "step" in record:
-        return int(record["step"]) == int(step)
-    last = run_dir / "checkpoints" / "last.pt"
-    return last.is_file() and path.stat().st_mtime >= last.stat().st_mtime
+    return run.is_current(record, step)
 
 
-def evaluate_overrides(name: str, precision: str, source: dict | None) -> list[str]:
+def evaluate_overrides(name: str, precision: str, source: ConcatSet | None) -> list[str]:
     """evaluate.py's overrides for one evaluation: the study's SEARCH, last checkpoint."""
     where = (
         ["split=test"]
         if source is None
-        else [
-            f"src_file={source['src_file']}",
-            f"ref_file={source['ref_file']}",
-        ]
+        else [f"src_file={source.src_file}", f"ref_file={source.ref_file}"]
     )
     return [
         *where,
@@ -106,44 +137,50 @@ def evaluate_overrides(name: str, precision: str, source: dict | None) -> list[s
     ]
 
 
-def length_scores(hyps: list[str], refs: list[str]) -> dict:
+def length_scores(hyps: list[str], refs: list[str]) -> LengthScores:
     """sacreBLEU, chrF, brevity penalty, hypothesis/reference length ratio, 1-gram precision."""
     bleu = sacrebleu.corpus_bleu(hyps, [refs])
-    return {
-        "bleu": round(bleu.score, 2),
-        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
-        "bp": round(bleu.bp, 4),
-        "length_ratio": round(bleu.sys_len / max(bleu.ref_len, 1), 4),
-        "hyp_len": bleu.sys_len,
-        "ref_len": bleu.ref_len,
-        "unigram_precision": round(bleu.precisions[0], 2),
-    }
+    return LengthScores(
+        bleu=round(bleu.score, 2),
+        chrf=round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        bp=round(bleu.bp, 4),
+        length_ratio=round(bleu.sys_len / max(bleu.ref_len, 1), 4),
+        hyp_len=bleu.sys_len,
+        ref_len=bleu.ref_len,
+        unigram_precision=round(bleu.precisions[0], 2),
+    )
 
 
-def scored_lines(path: Path, expected: int, label: str) -> list[str]:
+def scored_lines(run: Run, scores: dict, expected: int, label: str) -> list[str]:
     """The hypotheses of an evaluation, one per line; every line must have been translated."""
-    hyps = path.read_text(encoding="utf-8").splitlines()
+    try:
+        hyps = run.hypotheses(scores, "delete it and run the study again")
+    except RunFileError as e:
+        raise StudyError(f"{label}: {e}") from None
     if len(hyps) != expected:
         raise StudyError(
-            f"{label}: {path} has {len(hyps)} translations for {expected} lines (some lines were "
-            "too long for the position encoding); raise model.max_positions for this study"
+            f"{label}: {run.hypotheses_file(scores['name'])} has {len(hyps)} translations for "
+            f"{expected} lines (some lines were too long for the position encoding); raise "
+            "model.max_positions for this study"
         )
     return hyps
 
 
-def bucket_scores(srcs: list[str], hyps: list[str], refs: list[str], max_words: int) -> list[dict]:
+def bucket_scores(
+    srcs: list[str], hyps: list[str], refs: list[str], max_words: int
+) -> list[BucketRow]:
     """BLEU, brevity penalty, length ratio and sentence count per source-length bucket (words;
     one bucket ends at max_words)."""
     rows = bleu_by_bucket(srcs, hyps, refs, max_words, BUCKET_WIDTH)
-    return [{k: row[k] for k in BUCKET_KEYS} for row in rows]
+    return [BucketRow(**{k: getattr(row, k) for k in BUCKET_KEYS}) for row in rows]
 
 
-def run_evaluations(job: Job, step: int, precision: str, sets: list[dict], say) -> None:
+def run_evaluations(job: Job, step: int, precision: str, sets: list[ConcatSet], say) -> None:
     """evaluate.py's search on the Table 3 test set and every concatenation set not current yet."""
-    evaluations = [(TABLE3_EVAL, None)] + [(s["name"], s) for s in sets]
-    eval_dir = job.run_dir / "eval"
+    evaluations = [(TABLE3_EVAL, None)] + [(s.name, s) for s in sets]
+    run = Run(job.run_dir)
     for number, (name, source) in enumerate(evaluations, start=1):
-        if eval_is_current(eval_dir / f"{name}.json", job.run_dir, step):
+        if eval_is_current(run, name, step):
             continue
         start = time.monotonic()
         evaluate_run(job.run_dir, *evaluate_overrides(name, precision, source))
@@ -151,46 +188,39 @@ def run_evaluations(job: Job, step: int, precision: str, sets: list[dict], say) 
         say(f"  {job.label}: evaluated {name} ({number}/{len(evaluations)}, {seconds:.0f} s)")
 
 
-def concat_scores(job: Job, sets: list[dict]) -> tuple[list[dict], tuple[list[str], ...]]:
+def concat_scores(job: Job, sets: list[ConcatSet]) -> tuple[list[ConcatRow], tuple[list[str], ...]]:
     """Per split and k, then pooled over the splits per k, the length scores of the concatenation
     sets; and (sources, hypotheses, references) of k = 1 pooled (for the length buckets)."""
-    eval_dir = job.run_dir / "eval"
+    run = Run(job.run_dir)
     concat, pooled = [], {}
     for s in sets:
-        record = read_json(eval_dir / f"{s['name']}.json")
-        srcs = s["src_file"].read_text(encoding="utf-8").splitlines()
-        refs = s["ref_file"].read_text(encoding="utf-8").splitlines()
-        hyps = scored_lines(eval_dir / f"{s['name']}.hyp", len(srcs), job.label)
-        concat.append(
-            {"split": s["split"], "k": s["k"], "lines": s["lines"], "left_out": s["left_out"]}
-            | length_scores(hyps, refs)
-            | {"ppl": record.get("ppl")}
-        )
-        old = pooled.get(s["k"], ([], [], [], 0))
-        pooled[s["k"]] = (old[0] + srcs, old[1] + hyps, old[2] + refs, old[3] + s["left_out"])
+        record = read_json(run.evaluation_file(s.name))
+        srcs = s.src_file.read_text(encoding="utf-8").splitlines()
+        refs = s.ref_file.read_text(encoding="utf-8").splitlines()
+        hyps = scored_lines(run, record, len(srcs), job.label)
+        scores = asdict(length_scores(hyps, refs))
+        concat.append(ConcatRow(s.split, s.k, s.lines, s.left_out, **scores, ppl=record.get("ppl")))
+        old = pooled.get(s.k, ([], [], [], 0))
+        pooled[s.k] = (old[0] + srcs, old[1] + hyps, old[2] + refs, old[3] + s.left_out)
     for k, (srcs, hyps, refs, left_out) in sorted(pooled.items()):
-        concat.append(
-            {"split": POOLED, "k": k, "lines": len(srcs), "left_out": left_out}
-            | length_scores(hyps, refs)
-        )
+        scores = asdict(length_scores(hyps, refs))
+        concat.append(ConcatRow(POOLED, k, len(srcs), left_out, **scores))
     return concat, pooled[1][:3]
 
 
 def test_scores(job: Job) -> Table3Scores:
     """The Table 3 evaluation's scores of a run (eval/test-last-beam4.json)."""
-    path = job.run_dir / "eval" / f"{TABLE3_EVAL}.json"
-    table3 = read_json(path)
-    return Table3Scores(
-        eval=TABLE3_EVAL,
-        **{key: field(table3, key, path) for key in ("bleu", "chrf", "n_sentences")},
-        tok_bleu=table3.get("tok_bleu"),
-        signature=table3.get("signature"),
-    )
+    path = Run(job.run_dir).evaluation_file(TABLE3_EVAL)
+    try:
+        return from_json(Table3Scores, read_json(path) | {"eval": TABLE3_EVAL})
+    except MissingField as e:
+        raise missing_field(path, e.name) from None
 
 
 def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> StudyRecord:
     """Evaluate one finished run (what is not current yet) and write its study.json."""
-    step = int(field(metrics, "steps", job.run_dir / "metrics.json"))
+    run = Run(job.run_dir)
+    step = int(field(metrics, "steps", run.metrics_file))
     study_path = job.run_dir / STUDY_FILE
     if study_path.is_file():
         record = read_json(study_path)
@@ -199,7 +229,7 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
             if scored.has_bucket_lengths:
                 say(f"  {job.label}: scored at step {step}, not scored again")
                 return scored
-    config = stored_config(job.run_dir)
+    config = Run(job.run_dir).config()
     precision = str(config.trainer.precision)
     sets = concat_sets(config.data, sets_root / data_identity(config.data)[:16])
     run_evaluations(job, step, precision, sets, say)
@@ -212,8 +242,8 @@ def score_job(job: Job, metrics: dict, sets_root: Path, max_words: int, say) -> 
         step=step,
         search=SEARCH,
         precision=precision,
-        train_cleaning=read_json(job.run_dir / "data.json").get("train_cleaning"),
-        dev_ppl=field(metrics, "dev_ppl", job.run_dir / "metrics.json"),
+        train_cleaning=run.data_summary().get("train_cleaning"),
+        dev_ppl=field(metrics, "dev_ppl", run.metrics_file),
         wall_seconds=metrics.get("wall_seconds"),
         hardware=trained_on(job.run_dir, "hardware"),
         code=trained_on(job.run_dir, "code"),

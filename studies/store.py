@@ -22,15 +22,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.files import read_json, write_json, write_text
-from runs.record import read_segments, trained_config
 from runs.resume import setting_differences
+from runs.run import RECORD_FILES, RECORD_FOLDERS, Run
 from studies.plan import ROOT, StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec, run_overrides
 
 RECORD_FILE = "record.json"
 STAGES = ("settings", "grid", "check", "final", "extend")  # in the order a study runs them
-KEPT_FILES = (".hydra/config.yaml", "metrics.json", "data.json", "segments.json", "train.log")
-KEPT_FOLDERS = ("tensorboard",)
+KEPT_FILES, KEPT_FOLDERS = RECORD_FILES, RECORD_FOLDERS  # what a run's record keeps
 # config keys that say where files were, not what was trained: blanked in a kept record
 PATH_KEYS = ("run_dir", "cache_dir", "data.path", "data.corpus.path")
 
@@ -158,7 +157,7 @@ def command_line(words: list[str]) -> str:
 
 def kept_data_summary(run: Path) -> dict:
     """data.json with the tokenizer's path blanked (its sha256 identifies it)."""
-    summary = read_json(run / "data.json")
+    summary = Run(run).data_summary()
     if isinstance(summary.get("tokenizer"), dict):
         summary["tokenizer"]["path"] = None
     return summary
@@ -168,7 +167,7 @@ def outside_paths(run: Path, work: Path | None = None) -> dict[str, str]:
     """{absolute path: placeholder} of the folders a run names outside the store: itself, the
     study's work folder (an extension's earlier folder), its cache and data (PATH_KEYS), its
     checkout; longest first."""
-    config = trained_config(run)
+    config = Run(run).resolved_config()
     places = {str(Path(run).absolute()): "<run_dir>"}
     if work is not None:
         places[str(Path(work).absolute())] = "<work>"
@@ -178,7 +177,7 @@ def outside_paths(run: Path, work: Path | None = None) -> dict[str, str]:
             value = value.get(part) if isinstance(value, dict) else None
         if isinstance(value, str) and value and Path(value).expanduser().exists():
             places.setdefault(str((ROOT / Path(value).expanduser()).resolve()), f"<{key}>")
-    for segment in read_segments(run):  # the checkout each segment trained from
+    for segment in Run(run).segments():  # the checkout each segment trained from
         places.setdefault(str(segment.get("cwd")), "<checkout>")
     return dict(sorted(places.items(), key=lambda item: -len(item[0])))
 
@@ -194,22 +193,16 @@ def keep(run: Path, folder: Path, record: Record, work: Path | None = None) -> N
     """Copy a finished run's kept files into folder with its record.json; whole or not at all."""
     staging = folder.with_name(folder.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    for name in KEPT_FILES:
-        if (run / name).is_file():
-            (staging / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(run / name, staging / name)
-    for name in KEPT_FOLDERS:
-        if (run / name).is_dir():
-            shutil.copytree(run / name, staging / name)
-    if (run / "data.json").is_file():
-        write_json(staging / "data.json", kept_data_summary(run))
+    trained, kept = Run(run), Run(staging)
+    trained.copy_into(staging, KEPT_FILES, KEPT_FOLDERS)
+    if trained.data_file.is_file():
+        write_json(kept.data_file, kept_data_summary(run))
     places = outside_paths(run, work)
-    for name in ("train.log", "segments.json", "data.json"):
-        if (staging / name).is_file():
-            text = (staging / name).read_text(encoding="utf-8", errors="replace")
-            write_text(staging / name, scrubbed(text, places))
-    config = blank_paths(OmegaConf.to_container(OmegaConf.load(run / ".hydra/config.yaml")))
-    write_text(staging / ".hydra/config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
+    for path in (kept.log_file, kept.segments_file, kept.data_file):
+        if path.is_file():
+            write_text(path, scrubbed(path.read_text(encoding="utf-8", errors="replace"), places))
+    config = blank_paths(OmegaConf.to_container(OmegaConf.load(trained.config_file)))
+    write_text(kept.config_file, OmegaConf.to_yaml(OmegaConf.create(config)))
     write_json(staging / RECORD_FILE, asdict(record))
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
@@ -217,7 +210,7 @@ def keep(run: Path, folder: Path, record: Record, work: Path | None = None) -> N
 
 def trained_code(run: Path) -> str:
     """The commit(s) a run trained at, from its segments ("a, then b" where a resume changed it)."""
-    codes = list(dict.fromkeys(str(s.get("code") or "unrecorded") for s in read_segments(run)))
+    codes = list(dict.fromkeys(str(s.get("code") or "unrecorded") for s in Run(run).segments()))
     return ", then ".join(codes) if codes else "unrecorded"
 
 
@@ -225,8 +218,8 @@ def make_record(
     run: Path, study: StudySpec, point: Point, words: list[str], metrics: dict | None
 ) -> Record:
     """The record of a finished (metrics) or diverged (None) run of a point."""
-    threads = int(trained_config(run)["trainer"].get("num_threads") or 1)
-    summary = read_json(run / "data.json") if (run / "data.json").is_file() else {}
+    threads = int(Run(run).resolved_config()["trainer"].get("num_threads") or 1)
+    summary = Run(run).data_summary()
     ppl = None if metrics is None else float(metrics["dev_ppl"])
     return Record(
         schema=SCHEMA_VERSION,
@@ -248,9 +241,9 @@ def make_record(
 
 def recorded_texts(folder: Path) -> dict | None:
     """The text fingerprints a record keeps (record.json's; a run folder's data.json's)."""
-    for name in (RECORD_FILE, "data.json"):
-        if (Path(folder) / name).is_file():
-            found = read_json(Path(folder) / name).get("fingerprints", {}).get("text")
+    for path in (Path(folder) / RECORD_FILE, Run(folder).data_file):
+        if path.is_file():
+            found = read_json(path).get("fingerprints", {}).get("text")
             if found:
                 return found
     return None
@@ -259,7 +252,7 @@ def recorded_texts(folder: Path) -> dict | None:
 def record_differences(folder: Path, wanted: dict, text_fingerprints: dict[str, dict]) -> list[str]:
     """What a kept record (or a finished run folder) trained differently from `wanted` (a
     resolved config) or on other data than `text_fingerprints`: 'key: old -> new' each."""
-    stored = blank_paths(trained_config(folder))
+    stored = blank_paths(Run(folder).resolved_config())
     refused, _ = setting_differences(stored, blank_paths(copy.deepcopy(wanted)))
     kept = recorded_texts(folder)
     for split, now in text_fingerprints.items():

@@ -22,7 +22,7 @@ import math
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hydra.errors import HydraException
@@ -34,10 +34,10 @@ from common.errors import UserError, first_line
 from common.files import read_json, write_json, write_text
 from evaluation.compare import dev_ppl_curve
 from evaluation.plots import figure, log_axis, save, variant_colours
-from runs.record import trained_config
 from runs.resume import setting_differences
+from runs.run import Run
 from studies.plan import CONDITIONS, RECORDS, ROOT, position_variants
-from studies.records import finished_metrics
+from studies.rows import from_json
 
 DEFAULT_RATES = (0.25, 0.5, 1.0, 2.0)
 DEFAULT_SEEDS = (1, 2)
@@ -122,11 +122,62 @@ class VariantTuning:
 
 @dataclass(frozen=True)
 class MissingRun:
-    """A grid point with no finished run."""
+    """A grid point with no finished run (tuning.json "missing")."""
 
     variant: str
     lr_scale: float
     seed: int
+
+
+@dataclass(frozen=True)
+class PointEntry:
+    """tuning.json's entry of one rate: each seed's dev PPL (None: diverged), mean and n."""
+
+    lr_scale: float
+    dev_ppl_by_seed: dict[str, float | None]
+    diverged_seeds: list[int]
+    mean: float | None  # None: no run, or one diverged
+    n: int
+    runs: list[str]
+
+
+@dataclass(frozen=True)
+class VariantEntry:
+    """tuning.json's entry of one variant: its rates, the chosen one, an edge, final or not."""
+
+    rates: list[PointEntry]
+    chosen_lr_scale: float | None
+    at_edge: str | None
+    next_rate: float | None
+    complete: bool
+
+
+@dataclass(frozen=True)
+class TuningResult:
+    """tuning.json: the grid, per variant per rate the seeds' dev PPL, the choices, what is
+    missing and the commands that train it."""
+
+    criterion: str
+    experiment: str
+    folder: str
+    overrides: list[str]
+    stores: list[str]
+    rates: list[float]
+    seeds: list[int]
+    max_steps: list[int]
+    variants: dict[str, VariantEntry]
+    missing: list[MissingRun]
+    commands: list[str]
+    unfinished: list[str]
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """What a grid reads of a run's metrics.json (None: the file has no such field)."""
+
+    dev_ppl: float | None = None
+    steps: int | None = None
+    position_choice: str | None = None
 
 
 def rate_text(rate: float) -> str:
@@ -149,37 +200,38 @@ def diverged_in_log(log: Path) -> bool:
 
 def read_grid_run(run_dir: Path) -> GridRun | None:
     """The grid record of a finished or diverged run; None while it is unfinished."""
-    config_path = run_dir / ".hydra" / "config.yaml"
-    if not config_path.is_file():
+    if not Run(run_dir).has_config():
         return None
-    config = trained_config(run_dir)
-    max_steps = int(config["trainer"]["max_steps"])
-    metrics = finished_metrics(run_dir)
-    if metrics is not None:
+    config = Run(run_dir).resolved_config()
+    settings = OmegaConf.create(config)
+    max_steps = int(settings.trainer.max_steps)
+    finished = Run(run_dir).finished_metrics()
+    if finished is not None:
+        metrics = from_json(RunMetrics, finished)
         for key in ("dev_ppl", "steps"):
-            if metrics.get(key) is None:
+            if getattr(metrics, key) is None:
                 raise TuningError(
-                    f"{run_dir / 'metrics.json'} has no '{key}': it was not written by this "
+                    f"{Run(run_dir).metrics_file} has no '{key}': it was not written by this "
                     "project's train.py; take the run out of the stores"
                 )
-        if int(metrics["steps"]) != max_steps:
+        if int(metrics.steps) != max_steps:
             raise TuningError(
-                f"{run_dir} stopped at step {metrics['steps']}, not at its trainer.max_steps "
+                f"{run_dir} stopped at step {metrics.steps}, not at its trainer.max_steps "
                 f"{max_steps} (a time or epoch limit): a grid compares one step budget; take "
                 "the run out of the stores or train it to its budget"
             )
-        ppl = float(metrics["dev_ppl"])
-        variant = str(metrics.get("position_choice") or run_dir.parent.name)
+        ppl = float(metrics.dev_ppl)
+        variant = str(metrics.position_choice or run_dir.parent.name)
         diverged = not math.isfinite(ppl)
-    elif diverged_in_log(run_dir / "train.log"):
+    elif diverged_in_log(Run(run_dir).log_file):
         ppl, variant, diverged = math.inf, run_dir.parent.name, True
     else:
         return None
     return GridRun(
         path=run_dir,
         variant=variant,
-        lr_scale=float(config["optim"]["lr_scale"]),
-        seed=int(config["seed"]),
+        lr_scale=float(settings.optim.lr_scale),
+        seed=int(settings.seed),
         max_steps=max_steps,
         dev_ppl=math.inf if diverged else ppl,
         diverged=diverged,
@@ -449,17 +501,17 @@ def default_stores(protocol: Protocol) -> list[Path]:
     return [p for p in found if p.is_dir()]
 
 
-def point_json(point: RatePoint) -> dict:
+def point_json(point: RatePoint) -> PointEntry:
     """tuning.json's entry of one rate: each seed's dev PPL (None: diverged), mean and n."""
     finite = point.mean is not None and math.isfinite(point.mean)
-    return {
-        "lr_scale": point.lr_scale,
-        "dev_ppl_by_seed": {str(r.seed): None if r.diverged else r.dev_ppl for r in point.runs},
-        "diverged_seeds": [r.seed for r in point.runs if r.diverged],
-        "mean": point.mean if finite else None,
-        "n": point.n,
-        "runs": [str(r.path) for r in point.runs],
-    }
+    return PointEntry(
+        lr_scale=point.lr_scale,
+        dev_ppl_by_seed={str(r.seed): None if r.diverged else r.dev_ppl for r in point.runs},
+        diverged_seeds=[r.seed for r in point.runs if r.diverged],
+        mean=point.mean if finite else None,
+        n=point.n,
+        runs=[str(r.path) for r in point.runs],
+    )
 
 
 def tuning_json(
@@ -468,35 +520,29 @@ def tuning_json(
     stores: Sequence[Path],
     runs: Sequence[GridRun],
     unfinished: Sequence[str],
-) -> dict:
+) -> TuningResult:
     """Every number of tuning.json: per variant, per rate, the seeds' dev PPL; the choices."""
     missing = missing_runs(tunings, protocol)
-    return {
-        "criterion": "lowest mean dev PPL at the last step over the grid's seeds (every seed "
+    return TuningResult(
+        criterion="lowest mean dev PPL at the last step over the grid's seeds (every seed "
         "at that rate finished; a diverged run counts as infinite); test scores are not read",
-        "experiment": protocol.experiment_config,
-        "folder": protocol.folder,
-        "overrides": list(protocol.overrides),
-        "stores": [str(s) for s in stores],
-        "rates": sorted({float(r) for r in protocol.rates}),
-        "seeds": sorted(set(protocol.seeds)),
-        "max_steps": sorted({r.max_steps for r in runs}),
-        "variants": {
-            t.variant: {
-                "rates": [point_json(p) for p in t.points],
-                "chosen_lr_scale": t.chosen,
-                "at_edge": t.edge,
-                "next_rate": t.next_rate,
-                "complete": t.complete,
-            }
+        experiment=protocol.experiment_config,
+        folder=protocol.folder,
+        overrides=list(protocol.overrides),
+        stores=[str(s) for s in stores],
+        rates=sorted({float(r) for r in protocol.rates}),
+        seeds=sorted(set(protocol.seeds)),
+        max_steps=sorted({r.max_steps for r in runs}),
+        variants={
+            t.variant: VariantEntry(
+                [point_json(p) for p in t.points], t.chosen, t.edge, t.next_rate, t.complete
+            )
             for t in tunings
         },
-        "missing": [
-            {"variant": m.variant, "lr_scale": m.lr_scale, "seed": m.seed} for m in missing
-        ],
-        "commands": plan_commands(missing, protocol, runs, stores),
-        "unfinished": list(unfinished),
-    }
+        missing=missing,
+        commands=plan_commands(missing, protocol, runs, stores),
+        unfinished=list(unfinished),
+    )
 
 
 @dataclass(frozen=True)
@@ -546,35 +592,34 @@ class TunedRates:
         return choice.lr_scale
 
 
-def read_tuning_file(path: Path) -> TunedRates:
+def read_tuning_result(path: Path) -> TuningResult:
     """One tuning.json written by `tune`, typed; a missing or foreign file is one TuningError."""
     path = Path(path)
     if not path.is_file():
         raise TuningError(f"{path}: no such file; pass a tuning.json of `study.py tune`")
-    result = read_json(path)
     try:
-        missing = {}
-        for m in result["missing"]:
-            missing.setdefault(m["variant"], []).append(f"×{m['lr_scale']:g} seed {m['seed']}")
-        budget = max(result["max_steps"], default=0)
-        choices = {
-            v: Choice(
-                v, t["chosen_lr_scale"], t["complete"], tuple(missing.get(v, ())), path, budget
-            )
-            for v, t in result["variants"].items()
-        }
-        return TunedRates(
-            (path,),
-            result["experiment"],
-            tuple(result["overrides"]),
-            tuple(result["max_steps"]),
-            choices,
-        )
+        return from_json(TuningResult, read_json(path))
     except (KeyError, TypeError, AttributeError) as e:
         raise TuningError(
             f"{path} is not a tuning.json of `study.py tune` (missing or malformed: {e}): "
             "write it with tune"
         ) from e
+
+
+def read_tuning_file(path: Path) -> TunedRates:
+    """One tuning.json written by `tune`, as `run --tuning` reads it (read_tuning_result)."""
+    path = Path(path)
+    result = read_tuning_result(path)
+    missing = {}
+    for m in result.missing:
+        missing.setdefault(m.variant, []).append(f"×{m.lr_scale:g} seed {m.seed}")
+    budget = max(result.max_steps, default=0)
+    choices = {
+        v: Choice(v, t.chosen_lr_scale, t.complete, tuple(missing.get(v, ())), path, budget)
+        for v, t in result.variants.items()
+    }
+    overrides, steps = tuple(result.overrides), tuple(result.max_steps)
+    return TunedRates((path,), result.experiment, overrides, steps, choices)
 
 
 def math_differences(
@@ -690,79 +735,81 @@ def ppl_cell(value: float | None) -> str:
     return "inf (diverged)" if not math.isfinite(value) else f"{value:.2f}"
 
 
-def point_cells(point: dict) -> str:
-    """A tuning.json point's 'dev PPL by seed | mean | n' cells (diverged: inf)."""
+def point_cells(dev_ppl_by_seed: dict[str, float | None], mean: float | None, n: int) -> str:
+    """A point's 'dev PPL by seed | mean | n' cells (diverged: inf)."""
     seeds = ", ".join(
-        f"{s}: {ppl_cell(math.inf if v is None else v)}"
-        for s, v in point["dev_ppl_by_seed"].items()
+        f"{s}: {ppl_cell(math.inf if v is None else v)}" for s, v in dev_ppl_by_seed.items()
     )
-    mean = point["mean"] if point["mean"] is not None or point["n"] == 0 else math.inf
-    return f"{seeds or '—'} | {ppl_cell(mean)} | {point['n']}"
+    mean = mean if mean is not None or n == 0 else math.inf
+    return f"{seeds or '—'} | {ppl_cell(mean)} | {n}"
 
 
-def grid_head(title: str, result: dict, column: str) -> list[str]:
+def grid_head(
+    title: str, max_steps: list[int], seeds: list[int], criterion: str, column: str
+) -> list[str]:
     """The title (with the grid's steps and seeds), the criterion and the table's head."""
-    steps = ", ".join(map(str, result["max_steps"])) or "—"
-    seeds = ", ".join(map(str, result["seeds"]))
+    steps = ", ".join(map(str, max_steps)) or "—"
     return [
-        f"# {title}, {steps} steps, seeds {seeds}",
+        f"# {title}, {steps} steps, seeds {', '.join(map(str, seeds))}",
         "",
-        f"Chosen per variant: {result['criterion']}.",
+        f"Chosen per variant: {criterion}.",
         "",
         f"| variant | {column} | dev PPL by seed | mean | n | |",
         "|---|---|---|---|---|---|",
     ]
 
 
-def tuning_markdown(result: dict) -> str:
+def tuning_markdown(result: TuningResult) -> str:
     """tuning.md: dev PPL per variant and rate, the chosen rate, what is left to run."""
-    lines = grid_head(f"Learning-rate tuning: {result['experiment']}", result, "optim.lr_scale")
-    for variant, row in result["variants"].items():
-        for point in row["rates"]:
-            chosen = "**chosen**" if row["complete"] else "chosen so far"
-            mark = chosen if point["lr_scale"] == row["chosen_lr_scale"] else ""
-            lines.append(f"| {variant} | {point['lr_scale']:g} | {point_cells(point)} | {mark} |")
+    title = f"Learning-rate tuning: {result.experiment}"
+    lines = grid_head(title, result.max_steps, result.seeds, result.criterion, "optim.lr_scale")
+    for variant, row in result.variants.items():
+        for point in row.rates:
+            chosen = "**chosen**" if row.complete else "chosen so far"
+            mark = chosen if point.lr_scale == row.chosen_lr_scale else ""
+            cells = point_cells(point.dev_ppl_by_seed, point.mean, point.n)
+            lines.append(f"| {variant} | {point.lr_scale:g} | {cells} | {mark} |")
     lines += ["", "| variant | chosen | at an edge | final |", "|---|---|---|---|"]
-    for variant, row in result["variants"].items():
-        chosen = "—" if row["chosen_lr_scale"] is None else f"{row['chosen_lr_scale']:g}"
-        edge = "no" if row["at_edge"] is None else f"{row['at_edge']}: run {row['next_rate']:g}"
-        lines.append(f"| {variant} | {chosen} | {edge} | {'yes' if row['complete'] else 'no'} |")
-    lines += ["", f"Missing grid points ({len(result['missing'])}):", ""]
-    lines += ["```bash", *result["commands"], "```"] if result["commands"] else ["none"]
+    for variant, row in result.variants.items():
+        chosen = "—" if row.chosen_lr_scale is None else f"{row.chosen_lr_scale:g}"
+        edge = "no" if row.at_edge is None else f"{row.at_edge}: run {row.next_rate:g}"
+        lines.append(f"| {variant} | {chosen} | {edge} | {'yes' if row.complete else 'no'} |")
+    lines += ["", f"Missing grid points ({len(result.missing)}):", ""]
+    lines += ["```bash", *result.commands, "```"] if result.commands else ["none"]
     return "\n".join(lines) + "\n"
 
 
-def plot_tuning(result: dict, path: Path) -> None:
+def plot_tuning(result: TuningResult, path: Path) -> None:
     """Dev PPL against the rate (log-log), one line per variant (means where every seed ran),
     seeds as dots, diverged runs as crosses at the top, the chosen rate ringed."""
     fig, ax = figure(height_cm=7.5)
-    colours = variant_colours(result["variants"])
-    for variant, row in result["variants"].items():
+    colours = variant_colours(result.variants)
+    for variant, row in result.variants.items():
         colour = colours[variant]
         means = [  # the rates every grid seed ran
-            (p["lr_scale"], p["mean"])
-            for p in row["rates"]
-            if p["mean"] is not None and p["n"] == len(result["seeds"])
+            (p.lr_scale, p.mean)
+            for p in row.rates
+            if p.mean is not None and p.n == len(result.seeds)
         ]
         if means:
             ax.plot(*zip(*means, strict=True), color=colour, marker="_", label=variant)
-        for p in row["rates"]:
-            values = [v for v in p["dev_ppl_by_seed"].values() if v is not None]
-            ax.scatter([p["lr_scale"]] * len(values), values, color=colour, s=12, zorder=3)
-            if p["diverged_seeds"]:
-                ax.scatter(p["lr_scale"], 0.97, color=colour, marker="x",
+        for p in row.rates:
+            values = [v for v in p.dev_ppl_by_seed.values() if v is not None]
+            ax.scatter([p.lr_scale] * len(values), values, color=colour, s=12, zorder=3)
+            if p.diverged_seeds:
+                ax.scatter(p.lr_scale, 0.97, color=colour, marker="x",
                            transform=ax.get_xaxis_transform())  # fmt: skip
-            if p["lr_scale"] == row["chosen_lr_scale"] and p["mean"] is not None:
-                ax.scatter(p["lr_scale"], p["mean"], s=60, facecolors="none",
+            if p.lr_scale == row.chosen_lr_scale and p.mean is not None:
+                ax.scatter(p.lr_scale, p.mean, s=60, facecolors="none",
                            edgecolors=colour, zorder=4)  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")  # the x2 points are 4-5 times the rest: a linear axis hides the choice
     log_axis(ax.yaxis)
-    rates = sorted({p["lr_scale"] for row in result["variants"].values() for p in row["rates"]})
+    rates = sorted({p.lr_scale for row in result.variants.values() for p in row.rates})
     ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
     ax.set_xlabel("optim.lr_scale (× the schedule's rate)")
     ax.set_ylabel("dev PPL at the last step (line: mean of seeds)")
-    steps = ", ".join(f"{s:,}" for s in result["max_steps"])  # the grid's budget(s)
+    steps = ", ".join(f"{s:,}" for s in result.max_steps)  # the grid's budget(s)
     ax.set_title(f"Rate grid, {steps} steps (ring: chosen; ×: diverged)")
     if ax.get_legend_handles_labels()[0]:  # a line where every grid seed ran some rate
         ax.legend(ncols=3)
@@ -774,7 +821,7 @@ def tune(
     protocol: Protocol,
     out: Path | None = None,
     echo: Callable[[str], None] = print,
-) -> dict:
+) -> TuningResult:
     """Read the grid's runs, choose each variant's rate; out None: print the plan only."""
     check_grid(protocol)
     check_experiment(protocol.experiment)
@@ -793,13 +840,13 @@ def tune(
     tunings = [tune_variant(v, runs, protocol) for v in variants]
     result = tuning_json(tunings, protocol, stores, runs, unfinished)
     if out is None:
-        echo(f"tune: {len(result['missing'])} grid points missing; to train them:")
-        for command in result["commands"]:
+        echo(f"tune: {len(result.missing)} grid points missing; to train them:")
+        for command in result.commands:
             echo(command)
         return result
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "tuning.json", result)
+    write_json(out / "tuning.json", asdict(result))
     write_text(out / "tuning.md", tuning_markdown(result))
     plot_tuning(result, out / "dev_ppl_vs_lr.png")
     echo(tuning_markdown(result))
@@ -833,10 +880,11 @@ def read_curve(run_dir: Path) -> list[tuple[int, float]]:
     """(step, dev PPL) of each evaluation: the TensorBoard scalars (the study's dev_ppl_curves
     reader), else train.log's 'step N dev ppl X' lines (three decimals)."""
     curve = [(int(step), float(value)) for step, value in dev_ppl_curve(run_dir)]
-    if curve or not (run_dir / "train.log").is_file():
+    log_file = Run(run_dir).log_file
+    if curve or not log_file.is_file():
         return curve
     by_step = {}
-    for step, value in LOG_DEV_PPL.findall((run_dir / "train.log").read_text(encoding="utf-8")):
+    for step, value in LOG_DEV_PPL.findall(log_file.read_text(encoding="utf-8")):
         by_step[int(step)] = float(value)  # a resumed step keeps its last value
     return sorted(by_step.items())
 
@@ -862,18 +910,17 @@ def gains_after(curve: Sequence[tuple[int, float]]) -> list[list]:
 
 def read_plateau_run(run_dir: Path, threshold: float) -> PlateauRun:
     """A run's curve and plateau; refused without a config or a dev PPL curve."""
-    config_path = run_dir / ".hydra" / "config.yaml"
-    if not config_path.is_file():
+    if not Run(run_dir).has_config():
         raise TuningError(f"--runs {run_dir}: no .hydra/config.yaml; pass a run folder or record")
-    config = OmegaConf.create(trained_config(run_dir))
+    config = OmegaConf.create(Run(run_dir).resolved_config())
     curve = read_curve(run_dir)
     if not curve:
         raise TuningError(
             f"--runs {run_dir}: no dev PPL recorded (tensorboard/ dev/ppl or train.log); "
             "pass a run that has reached its first evaluation"
         )
-    metrics = finished_metrics(run_dir)
-    variant = (metrics or {}).get("position_choice") or run_dir.parent.name
+    metrics = Run(run_dir).finished_metrics()
+    variant = from_json(RunMetrics, metrics or {}).position_choice or run_dir.parent.name
     return PlateauRun(
         path=run_dir,
         variant=str(variant),

@@ -6,7 +6,6 @@ checkpoints and metrics. Runs on a CPU, one GPU, or many under `torchrun` (DDP);
 the newest readable checkpoint in `<run_dir>/checkpoints/` when the run directory is given again.
 """
 
-import json
 import logging
 import os
 import shlex
@@ -47,7 +46,7 @@ from runs.checkpoint import (
     remove_temporary_files,
     save_checkpoint,
 )
-from runs.device import machine_description, resolve_device, use_bf16, use_cuda_device
+from runs.device import machine_description, resolve_device, resolve_precision, use_cuda_device
 from runs.directory import (
     LOCK_FILE,
     EarlierRecordsError,
@@ -62,6 +61,7 @@ from runs.events import launch_suffix
 from runs.preemption import StopSignals, TrainingInterrupted
 from runs.record import code_version, end_segment, read_segments, start_segment
 from runs.resume import ResumeError, changes_the_rounding, check_resume, stop_reason
+from runs.run import Run, run_id
 from runs.settings import check_training_settings
 from runs.state import TrainingState
 from training.optim import noam_adam
@@ -133,6 +133,11 @@ def start_process(trainer: DictConfig) -> tuple[int, int, torch.device]:
     """This process's rank, the world size and its device; joins the DDP group under torchrun."""
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     device = resolve_device(trainer.device, int(os.environ.get("LOCAL_RANK", 0)), "trainer.device")
+    if str(trainer.device) == "auto" and device.type == "cpu" and rank == 0:
+        log.warning(
+            f"trainer.device=auto: no CUDA GPU found (torch {torch.__version__}, CUDA build "
+            f"{torch.version.cuda}): training on the CPU"
+        )
     if world > 1 and not dist.is_initialized():
         timeout = timedelta(minutes=float(trainer.dist_timeout_minutes))
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
@@ -166,7 +171,7 @@ def write_hydra_record(cfg: DictConfig) -> None:
     if not HydraConfig.initialized():  # train(cfg) called from Python: no Hydra output
         return
     hydra_cfg = HydraConfig.instance().cfg  # {"hydra": ...}, as Hydra saves it
-    folder = Path(HydraConfig.get().runtime.output_dir) / ".hydra"
+    folder = Run(HydraConfig.get().runtime.output_dir).hydra_dir
     folder.mkdir(parents=True, exist_ok=True)
     task_overrides = hydra_cfg.hydra.overrides.task
     for name, node in [("config", cfg), ("hydra", hydra_cfg), ("overrides", task_overrides)]:
@@ -201,7 +206,7 @@ def open_records(cfg: DictConfig, resumed: dict | None, data: PreparedData, main
         "tokenizer": tokenizer,
         "fingerprints": fingerprints,
     }
-    write_json(run_dir / "data.json", summary)
+    write_json(Run(run_dir).data_file, summary)
 
 
 def check_data(resumed: dict | None, data: PreparedData, corpus: dict) -> None:
@@ -253,10 +258,10 @@ def check_space(run_dir: Path, needed: int, free: int) -> None:
 
 
 def build_state(
-    cfg: DictConfig, data: PreparedData, device, rank: int, world: int
+    cfg: DictConfig, data: PreparedData, device, rank: int, world: int, precision: str = "fp32"
 ) -> tuple[TrainingState, UpdatePlan]:
-    """A fresh TrainingState (the model (§3), Adam with the §5.3 schedule, the batch sampler)
-    and the update plan: the per-rank batch budget and accumulation for the paper's batch."""
+    """A fresh TrainingState (the model (§3), Adam with the §5.3 schedule, the batch sampler,
+    fp16's gradient scaler) and the update plan: the per-rank batch budget and accumulation."""
     model = build_model(cfg.model, cfg.position, data.tokenizer.vocab_size, PAD_ID).to(device)
     optim = cfg.optim
     optimizer, schedule = noam_adam(
@@ -279,7 +284,10 @@ def build_state(
     for split in ("train", "validation"):  # fail now, not at a long batch
         src, tgt = data.split_lengths(split)
         model.check_lengths(int(src.max(initial=1)), int(tgt.max(initial=1)))
-    return TrainingState(model, optimizer, schedule, sampler, device, rank, world), plan
+    # not in the paper: fp16 gradients underflow without a loss scale (torch's defaults)
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    state = TrainingState(model, optimizer, schedule, sampler, device, rank, world, scaler=scaler)
+    return state, plan
 
 
 def resume(state: TrainingState, resumed: dict | None, cfg, main_rank) -> None:
@@ -287,10 +295,10 @@ def resume(state: TrainingState, resumed: dict | None, cfg, main_rank) -> None:
 
     check_data has checked the checkpoint against the data.
     """
-    ckpt_dir = Path(cfg.run_dir) / "checkpoints"
+    run = Run(cfg.run_dir)
     if main_rank:  # a killed save's temporary files; metrics.json returns when this work completes
-        remove_temporary_files(ckpt_dir)
-        (Path(cfg.run_dir) / "metrics.json").unlink(missing_ok=True)
+        remove_temporary_files(run.checkpoints)
+        run.metrics_file.unlink(missing_ok=True)
     if resumed is not None:
         state.load_state_dict(resumed)
         log.info(f"resumed from step {state.step}")
@@ -384,10 +392,15 @@ class Progress:
         self.interval_start = time.monotonic()
 
 
-def skipped_update(bad_steps: int, step: int, ckpt_dir: Path) -> None:
-    """Warn of a skipped non-finite update; the 10th in a row stops the run with DivergenceError."""
+def skipped_update(bad_steps: int, step: int, ckpt_dir: Path, scaler=None) -> None:
+    """Warn of a skipped non-finite update; the 10th in a row stops the run with DivergenceError.
+
+    scaler: fp16's GradScaler, which halved its loss scale after the overflow (said in the line).
+    """
+    scale = f"; fp16 loss scale now {scaler.get_scale():g}" if scaler is not None else ""
     log.warning(
         f"step {step + 1}: non-finite loss or gradient, update skipped ({bad_steps} in a row)"
+        f"{scale}"
     )
     if bad_steps >= 10:
         raise DivergenceError(
@@ -406,12 +419,12 @@ def save(state: TrainingState, run_info: dict, path: Path) -> None:
         save_checkpoint(snapshot | run_info, path)
 
 
-def save_step(state: TrainingState, run_info: dict, ckpt_dir: Path, keep_last: int) -> None:
+def save_step(state: TrainingState, run_info: dict, run: Run, keep_last: int) -> None:
     """step_<step>.pt (the files averaging reads) and last.pt; the oldest step files pruned."""
-    save(state, run_info, ckpt_dir / f"step_{state.step}.pt")
-    save(state, run_info, ckpt_dir / "last.pt")
+    save(state, run_info, run.checkpoint_file(f"step_{state.step}"))
+    save(state, run_info, run.checkpoint_file("last"))
     if state.rank == 0:
-        prune_checkpoints(ckpt_dir, keep_last)
+        prune_checkpoints(run.checkpoints, keep_last)
 
 
 def checkpoint_due(trainer: DictConfig, step: int, last_save: float, world=1, device=None):
@@ -445,16 +458,16 @@ def resume_command(run_dir: Path) -> str:
 
 
 def stop_on_signal(
-    stop: StopSignals, state: TrainingState, run_info: dict, ckpt_dir: Path, end_record: Callable
+    stop: StopSignals, state: TrainingState, run_info: dict, run: Run, end_record: Callable
 ):
     """After a stop signal (any rank): last.pt, end_record (rank 0), the resume line, the raise."""
     if not (signum := stop.stop_signal(state.world, state.device)):
         return
-    save(state, run_info, ckpt_dir / "last.pt")
+    save(state, run_info, run.checkpoint_file("last"))
     if state.world > 1:
         dist.barrier()  # rank 0's checkpoint is on disk before any rank leaves
-    resume = resume_command(ckpt_dir.parent)
-    interrupted = TrainingInterrupted(signum, state.step, ckpt_dir / "last.pt", resume)
+    resume = resume_command(run.path)
+    interrupted = TrainingInterrupted(signum, state.step, run.checkpoint_file("last"), resume)
     if state.rank == 0:
         end_record(interrupted)  # before hand_over: submitit's handler exits the process
         log.warning(str(interrupted))  # the one line: where, and how to resume
@@ -463,15 +476,15 @@ def stop_on_signal(
 
 
 def check_dev(
-    state: TrainingState, data, cfg, bf16, writer, run_info
+    state: TrainingState, data, cfg, precision: str, writer, run_info
 ) -> tuple[float, float | None]:
     """validate(); a new lowest dev perplexity is kept as best.pt."""
     ppl, bleu = validate(
-        state.model, data.splits["validation"], data, cfg, bf16, writer, state.step
+        state.model, data.splits["validation"], data, cfg, precision, writer, state.step
     )
     if ppl < state.best_ppl:
         state.best_ppl = ppl  # rank 0 alone: best.pt keeps its RNG only (never resumed from)
-        path = Path(cfg.run_dir) / "checkpoints" / "best.pt"
+        path = Run(cfg.run_dir).checkpoint_file("best")
         save_checkpoint(state.state_dict(all_ranks=False) | run_info, path)
     return ppl, bleu
 
@@ -500,7 +513,7 @@ def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict 
     A change of any setting that alters the training is refused (runs.resume.check_resume);
     one that changes only the rounding (threads, device, compile) is allowed with a warning.
     """
-    resumed = load_latest_checkpoint(Path(cfg.run_dir) / "checkpoints", warn=log.warning)
+    resumed = load_latest_checkpoint(Run(cfg.run_dir).checkpoints, warn=log.warning)
     if resumed is None:
         check_new_run(Path(cfg.run_dir), bool(cfg.trainer.get("start_over")))
         return None, []
@@ -523,13 +536,13 @@ def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict 
     return resumed, allowed
 
 
-def end_evaluation_made(run_dir: Path, metrics: dict) -> bool:
-    """Whether score_completed_run's evaluation of the run's last step is on disk."""
-    path = run_dir / "eval" / f"{END_EVALUATION}.json"
+def end_evaluation_made(run: Run, metrics: dict) -> bool:
+    """Whether score_completed_run's evaluation is on disk and current (runs.Run.is_current)."""
     try:
-        return json.loads(path.read_text()).get("step") == metrics.get("steps")
-    except (OSError, ValueError, AttributeError):
+        scores = run.evaluation(END_EVALUATION)
+    except (OSError, UserError):  # unreadable, or no JSON object: made again
         return False
+    return scores is not None and run.is_current(scores, metrics.get("steps"))
 
 
 def score_completed_run(cfg: DictConfig, precision: str) -> dict:
@@ -541,7 +554,7 @@ def score_completed_run(cfg: DictConfig, precision: str) -> dict:
     scores = evaluate_run(cfg.run_dir, f"device={cfg.trainer.device}", f"precision={precision}")
     log.info(
         f"evaluation {scores['name']} (step {scores['step']}): sacreBLEU {scores['bleu']:.2f}, "
-        f"PPL {scores['ppl']:.3f} -> {Path(cfg.run_dir) / 'eval' / scores['name']}.json"
+        f"PPL {scores['ppl']:.3f} -> {Run(cfg.run_dir).evaluation_file(scores['name'])}"
     )
     return scores
 
@@ -584,16 +597,17 @@ def forget_refused_launch(run_dir: Path, made_here: bool, had_lock: bool) -> Non
 
 def train_holding_lock(cfg: DictConfig) -> dict:
     """train()'s work, in a run directory this process holds (on rank 0)."""
+    if process_rank() == 0:
+        log.info(launch_summary(cfg))  # the first line: what this launch trains, before any work
     rank, world, device = start_process(cfg.trainer)
-    bf16 = use_bf16(cfg.trainer.precision, device, "trainer.precision")
-    precision = "bf16" if bf16 else "fp32"
+    precision = resolve_precision(cfg.trainer.precision, device, "trainer.precision")
     resumed, changes = open_run(cfg, precision, world, device)  # before any data: refusals first
     if resumed is not None and stop_reason(resumed, cfg.trainer):
         metrics = completed_run(cfg, resumed, precision, rank == 0)
         if metrics is not None:
             return metrics
     torch.manual_seed(cfg.seed + rank)  # each rank its own dropout masks (runs/state.py)
-    data, state, plan, corpus = prepare(cfg, resumed, device, rank, world)
+    data, state, plan, corpus = prepare(cfg, resumed, device, rank, world, precision)
     launch = start_launch(cfg, resumed, changes, data, state, plan, corpus, precision)
     train_set = data.splits["train"].select_columns(["src_ids", "tgt_ids"])
     stream = batches(state.sampler, train_set, cfg.trainer.max_epochs, device)
@@ -608,12 +622,11 @@ def completed_run(cfg: DictConfig, resumed: dict, precision: str, main_rank: boo
 
     Called when the checkpoint to resume has met a stopping rule.
     """
-    run_dir, trainer = Path(cfg.run_dir), cfg.trainer
-    done = run_dir / "metrics.json"
-    metrics = json.loads(done.read_text()) if done.is_file() else {}
+    run_dir, trainer, run = Path(cfg.run_dir), cfg.trainer, Run(cfg.run_dir)
+    metrics = run.metrics() if run.is_finished() else {}
     if not (metrics.get("complete") and metrics.get("steps") == resumed["step"]):
         return None
-    if main_rank and trainer.evaluate_at_end and not end_evaluation_made(run_dir, metrics):
+    if main_rank and trainer.evaluate_at_end and not end_evaluation_made(run, metrics):
         log.info(f"{run_dir} is complete but lacks its end-of-run evaluation: making it")
         score_completed_run(cfg, precision)
         return metrics
@@ -625,7 +638,7 @@ def completed_run(cfg: DictConfig, resumed: dict, precision: str, main_rank: boo
 
 
 def prepare(
-    cfg: DictConfig, resumed: dict | None, device, rank: int, world: int
+    cfg: DictConfig, resumed: dict | None, device, rank: int, world: int, precision: str
 ) -> tuple[PreparedData, TrainingState, UpdatePlan, dict]:
     """The data, a fresh training state and the update plan, checked against the checkpoint to
     resume and the disk; and the training pairs' fingerprint.
@@ -639,7 +652,7 @@ def prepare(
     had_copy = own_tokenizer.parent.exists()
     data = load_data(cfg, rank, own)
     try:
-        state, plan = build_state(cfg, data, device, rank, world)
+        state, plan = build_state(cfg, data, device, rank, world, precision)
         corpus = data.fingerprint()  # kept beside the encoded train split after the first launch
         check_data(resumed, data, corpus)
         if rank == 0:  # a full disk is refused now, not at the first save (maybe the last step)
@@ -649,6 +662,48 @@ def prepare(
             shutil.rmtree(own_tokenizer.parent, ignore_errors=True)
         raise
     return data, state, plan, corpus
+
+
+def hydra_choices() -> dict:
+    """Hydra's config-group choices of this launch ({} without Hydra's runtime: train(cfg))."""
+    return dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+
+
+def corpus_summary(data: DictConfig, choice: str | None) -> str:
+    """The corpus a launch trains on, in words: its config, where it comes from, the direction."""
+    where = OmegaConf.select(data, "path", default=None) or OmegaConf.select(
+        data, f"files.train.{data.src_lang}", default=None
+    )
+    if where is None and "train_size" in data.corpus:
+        where = f"{data.corpus.train_size:,} generated pairs"
+    name = f"data={choice}" if choice else str(data.corpus._target_).rsplit(".", 1)[-1]
+    return f"{name} ({f'{where}, ' if where else ''}{data.src_lang}->{data.tgt_lang})"
+
+
+def launch_summary(cfg: DictConfig) -> str:
+    """What a launch is about to train: model and size, budget, corpus, and a missing experiment=.
+
+    Logged first, before any work: without experiment= train.yaml trains the base model for
+    100,000 steps, and this line says so before the data is read.
+    """
+    model, trainer, choices = cfg.model, cfg.trainer, hydra_choices()
+    with torch.device("meta"):  # the size without the memory; the vocabulary as configured
+        size = count_parameters(build_model(model, cfg.position, cfg.data.vocab_size, PAD_ID))
+    name = f"model={choices['model']}" if choices.get("model") else "a model"
+    budget = f"{trainer.max_steps:,} steps"
+    if trainer.max_epochs is not None:
+        budget += f" or {trainer.max_epochs} epochs"
+    if trainer.max_minutes:
+        budget += f" or {trainer.max_minutes:g} minutes"
+    line = (
+        f"training {name} (d_model {model.d_model}, {model.n_encoder_layers}+"
+        f"{model.n_decoder_layers} layers, about {size / 1e6:.1f}M parameters at data.vocab_size="
+        f"{cfg.data.vocab_size}) with position={position_choice(cfg.position)} for {budget} on "
+        f"{corpus_summary(cfg.data, choices.get('data'))}"
+    )
+    if HydraConfig.initialized() and not choices.get("experiment"):
+        line += "; no experiment= given: configs/train.yaml's defaults"
+    return line
 
 
 def log_model(cfg: DictConfig, model: torch.nn.Module) -> dict:
@@ -693,7 +748,7 @@ class Launch:
     data: PreparedData
     plan: UpdatePlan
     info: dict  # what each checkpoint keeps beside the state (run_info)
-    bf16: bool
+    precision: str  # the resolved trainer.precision: fp32, bf16 or fp16
     segment: int | None  # this launch's entry in segments.json (rank 0), else None
     writer: SummaryWriter | None  # TensorBoard, rank 0 only
     progress: Progress
@@ -702,9 +757,9 @@ class Launch:
     dev_step: int | None = None  # the step dev was measured at
 
     @property
-    def ckpt_dir(self) -> Path:
-        """The run's checkpoints folder."""
-        return Path(self.cfg.run_dir) / "checkpoints"
+    def run(self) -> Run:
+        """The run's directory."""
+        return Run(self.cfg.run_dir)
 
     def run_seconds(self) -> float:
         """Training time of the whole run: earlier segments' and this one's."""
@@ -725,7 +780,15 @@ def start_launch(cfg, resumed, changes, data, state, plan, corpus, precision) ->
     info = run_info(cfg, data, corpus, precision, state.world, choices, resumed)
     machine, prior_seconds = machine_description(state.device), info["wall_seconds"]
     segment = (
-        start_segment(run_dir, state.step, launch_overrides(), changes, machine, code_version())
+        start_segment(
+            run_dir,
+            state.step,
+            launch_overrides(),
+            changes,
+            machine,
+            code_version(),
+            run_id(stored_config(cfg), Run(run_dir).data_summary()),
+        )  # fmt: skip
         if main_rank
         else None
     )
@@ -735,10 +798,10 @@ def start_launch(cfg, resumed, changes, data, state, plan, corpus, precision) ->
     writer = None
     if main_rank:  # one events file a launch, named by its segment (runs/events.py reads it)
         suffix = launch_suffix(read_segments(run_dir)[segment])
-        writer = SummaryWriter(run_dir / "tensorboard", filename_suffix=suffix)
+        writer = SummaryWriter(Run(run_dir).tensorboard, filename_suffix=suffix)
     progress = Progress(cfg.trainer, state.step, writer, state.device, info["train_loss_avg"])
     return Launch(
-        cfg, state, train_model, data, plan, info, precision == "bf16", segment, writer, progress,
+        cfg, state, train_model, data, plan, info, precision, segment, writer, progress,
         prior_seconds,
     )  # fmt: skip
 
@@ -748,7 +811,7 @@ def train_loop(launch: Launch, stream, stop: StopSignals) -> str:
     cfg, state, trainer = launch.cfg, launch.state, launch.cfg.trainer
     bad_steps, last_save = 0, time.monotonic()
     while state.step < trainer.max_steps:
-        stop_on_signal(stop, state, launch.info, launch.ckpt_dir, launch.end_interrupted)
+        stop_on_signal(stop, state, launch.info, launch.run, launch.end_interrupted)
         if trainer.max_minutes and launch.run_seconds() > 60 * trainer.max_minutes:
             outcome = f"trainer.max_minutes={trainer.max_minutes} reached"
             log.info(f"stopping at step {state.step}: {outcome} (in all segments)")
@@ -760,11 +823,12 @@ def train_loop(launch: Launch, stream, stop: StopSignals) -> str:
             return outcome
         result = train_step(
             launch.train_model, state.optimizer, state.schedule, micro,
-            cfg.optim.label_smoothing, cfg.optim.clip_norm, launch.bf16, state.world,
+            cfg.optim.label_smoothing, cfg.optim.clip_norm, launch.precision, state.world,
+            state.scaler,
         )  # fmt: skip
         if result is None:
             bad_steps += 1
-            skipped_update(bad_steps, state.step, launch.ckpt_dir)
+            skipped_update(bad_steps, state.step, launch.run.checkpoints, state.scaler)
             continue
         bad_steps = 0
         count_update(launch, result)
@@ -781,7 +845,7 @@ def count_update(launch: Launch, result: StepResult) -> None:
     info["wall_seconds"] = launch.run_seconds()
     info["train_loss_avg"] = launch.progress.loss_avg  # resumed with the weights
     if state.rank == 0 and state.step % launch.cfg.trainer.eval_every == 0:
-        dev = check_dev(state, launch.data, launch.cfg, launch.bf16, launch.writer, info)
+        dev = check_dev(state, launch.data, launch.cfg, launch.precision, launch.writer, info)
         launch.dev, launch.dev_step = dev, state.step
 
 
@@ -790,9 +854,9 @@ def save_if_due(launch: Launch, last_save: float) -> float:
     state, trainer = launch.state, launch.cfg.trainer
     due = checkpoint_due(trainer, state.step, last_save, state.world, state.device)
     if due == "step":
-        save_step(state, launch.info, launch.ckpt_dir, trainer.keep_last)
+        save_step(state, launch.info, launch.run, trainer.keep_last)
     elif due == "last":
-        save(state, launch.info, launch.ckpt_dir / "last.pt")
+        save(state, launch.info, launch.run.checkpoint_file("last"))
     return time.monotonic() if due else last_save
 
 
@@ -804,12 +868,14 @@ def finish_training(launch: Launch) -> None:
     state, info = launch.state, launch.info
     launch.progress.bar.close()
     if state.rank == 0 and launch.dev_step != state.step:
-        launch.dev = check_dev(state, launch.data, launch.cfg, launch.bf16, launch.writer, info)
+        launch.dev = check_dev(
+            state, launch.data, launch.cfg, launch.precision, launch.writer, info
+        )
     info["wall_seconds"] = launch.run_seconds()
     if state.step > 0:  # the final weights are always a step file (Table 2 averaging)
-        save_step(state, info, launch.ckpt_dir, launch.cfg.trainer.keep_last)
+        save_step(state, info, launch.run, launch.cfg.trainer.keep_last)
     else:
-        save(state, info, launch.ckpt_dir / "last.pt")
+        save(state, info, launch.run.checkpoint_file("last"))
 
 
 def end_launch(launch: Launch, outcome: str, precision: str) -> dict:
@@ -818,7 +884,7 @@ def end_launch(launch: Launch, outcome: str, precision: str) -> dict:
     metrics = final_metrics(state, progress, launch.dev, cfg, launch.plan, state.world, launch.info)
     run_dir = Path(cfg.run_dir)
     if state.rank == 0:
-        write_json(run_dir / "metrics.json", metrics)
+        Run(run_dir).write_metrics(metrics)
         end_segment(run_dir, launch.segment, state.step, progress.minutes() * 60, outcome)
         launch.writer.close()
         log.info(f"run directory: {run_dir}")
@@ -858,7 +924,7 @@ def final_metrics(state, progress, dev, cfg, plan: UpdatePlan, world, run_info) 
     }
 
 
-def validate(model, dev_set, data, cfg, bf16, writer, step) -> tuple[float, float | None]:
+def validate(model, dev_set, data, cfg, precision, writer, step) -> tuple[float, float | None]:
     """Dev perplexity per target subword (Table 3's PPL), and greedy BLEU on the first N."""
     device = next(model.parameters()).device
     ppl = perplexity(model, dev_set["src_ids"], dev_set["tgt_ids"], cfg.data.max_tokens, device)
@@ -874,7 +940,7 @@ def validate(model, dev_set, data, cfg, bf16, writer, step) -> tuple[float, floa
             device,
             beam=1,
             max_tokens=cfg.data.max_tokens,
-            bf16=bf16,
+            precision=precision,
         )
         bleu = sacrebleu_score(hyps, subset["tgt"])
         writer.add_scalar("dev/bleu_greedy", bleu, step)

@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from data.tokenizer import PAD_ID
+from runs.device import autocast
 
 
 class LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -47,15 +48,15 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: f
 
 
 def forward_backward(
-    model: torch.nn.Module, batch: dict, smoothing: float, scale, bf16: bool
+    model: torch.nn.Module, batch: dict, smoothing: float, scale, precision: str = "fp32"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Backpropagate scale x the batch's label-smoothed loss; return its summed loss and NLL.
 
-    bf16: the forward pass under bf16 autocast (weights and gradients stay float32). The sums
-    come back as detached 0-d tensors on the batch's device, so a GPU is not made to wait.
+    precision: the forward pass under bf16 or fp16 autocast, or none (fp32); weights and
+    gradients stay float32 (fp16's loss scale is in scale: training/step.py). The sums come
+    back as detached 0-d tensors on the batch's device, so a GPU is not made to wait.
     """
-    device_type = batch["src"].device.type
-    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
+    with autocast(batch["src"].device, precision):
         logits = model(batch["src"], batch["tgt_in"])  # [B, T, V]
         loss, nll = label_smoothed_loss(logits, batch["tgt_out"], smoothing)
     (loss * scale).backward()

@@ -7,7 +7,7 @@ import sys
 import torch
 
 from runs.checkpoint import load_checkpoint, step_checkpoints
-from runs.load import load_run
+from runs.run import load_run
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from training.launch import train
 

@@ -21,7 +21,7 @@ from data.corpus import prepare_data
 from data.tokenizer import MODEL_FILE
 from evaluation.evaluate import evaluate, translate_stdin
 from interop.ctranslate2_engine import COMPUTE_TYPES
-from runs.load import load_run
+from runs.run import load_run
 from tests.conftest import ROOT, compose_config, default_sigint, script_main, tiny_model
 from tests.e2e import test_reliability as reliability
 from tests.e2e.test_reliability import run_cli, text_overrides

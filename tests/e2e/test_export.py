@@ -17,7 +17,7 @@ from data.corpus import load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from evaluation.evaluate import evaluate
 from interop.export import ExportError, export_hf
-from runs.load import load_run, rebuild_model
+from runs.run import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, script_main, tiny_run_overrides
 
 MAX_POSITIONS = 100  # Marian's table, and generate's max_length

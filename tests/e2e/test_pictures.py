@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from common.configs import compose_config
-from runs.load import load_run
+from runs.run import load_run
 from tests.conftest import script_main, tiny_run_overrides
 
 

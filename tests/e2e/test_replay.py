@@ -67,7 +67,7 @@ SETTINGS = {
     "trainer.save_every_minutes=-1": ["trainer.save_every_minutes=-1"],
     "trainer.eval_bleu_sentences=-1": ["trainer.eval_bleu_sentences=-1"],
     "trainer.dist_timeout_minutes=0": ["trainer.dist_timeout_minutes=0"],
-    "trainer.precision=fp8": ["trainer.precision=fp8", "auto, bf16 or fp32"],
+    "trainer.precision=fp8": ["trainer.precision=fp8", "auto, bf16, fp16 or fp32"],
 }
 # override(s) -> texts of the one line; refused once the corpus or the model is built
 LATER = {
@@ -202,7 +202,7 @@ EVALUATE = {
     "max_tokens=0": (lambda b: ["max_tokens=0"], ["max_tokens=0"]),
     "max_tokens=abc": (lambda b: ["max_tokens=abc"], ["max_tokens=abc"]),
     "long_inputs=drop": (lambda b: ["long_inputs=drop"], ["long_inputs=drop", "error or skip"]),
-    "precision=fp16": (lambda b: ["precision=fp16"], ["precision=fp16", "auto, bf16 or fp32"]),
+    "precision=fp8": (lambda b: ["precision=fp8"], ["precision=fp8", "auto, bf16, fp16 or fp32"]),
     "engine=onnx": (lambda b: ["engine=onnx"], ["engine=onnx", "ctranslate2"]),
     "name=a/b": (lambda b: ["name=a/b"], ["name=a/b", "plain file name"]),
     "translate=maybe": (lambda b: ["translate=maybe"], ["translate=maybe", "true"]),

@@ -25,6 +25,7 @@ from training.launch import train
 # The README's sweep, shrunk: a tiny model, a few steps, one CPU and one task per job.
 SWEEP = ["position=sinusoidal,learned", "seed=1,2"]
 ONE_CPU_JOB = [
+    "trainer.device=cpu",  # a job without a GPU trains on the CPU as asked (else: refused)
     "hydra.launcher.gpus_per_node=0",
     "hydra.launcher.tasks_per_node=1",
     "hydra.launcher.cpus_per_task=1",
@@ -205,3 +206,21 @@ def test_the_slurm_launcher_config_holds_only_the_plugins_keys():
         cfg = compose("train", ["hydra/launcher=slurm"], return_hydra_config=True)
     assert set(cfg.hydra.launcher) <= set(OmegaConf.structured(plugin.SlurmQueueConf))
     assert cfg.hydra.launcher.max_num_timeout > 0  # a timed-out job is requeued
+
+
+def test_a_sweep_without_gpus_on_a_gpu_device_submits_and_makes_nothing(tmp_path):
+    """hydra/launcher=submitit_slurm (the plugin's config: no GPU) with trainer.device=auto:
+    one error line before anything is submitted or made; no cluster is needed to see it."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "-m", "hydra/launcher=submitit_slurm"]
+    command += [
+        "experiment=quickstart",
+        "position=sinusoidal,learned",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("error: hydra/launcher=submitit_slurm asks SLURM for no GPU")
+    assert not sweep_dir.exists()

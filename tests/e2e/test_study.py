@@ -16,8 +16,9 @@ from common.errors import UserError
 from data.corpus import load_split
 from runs.device import machine_description
 from runs.record import code_version
+from runs.run import Run
 from studies.plan import KS, POOLED, SEARCH, STUDY_FILE, StudyError
-from studies.records import StudyRecord, retrain_command, scored_runs, stored_config
+from studies.records import StudyRecord, retrain_command, scored_runs
 from studies.report import write_report
 from studies.runner import run_study
 from studies.tuning import Protocol, tune
@@ -114,19 +115,19 @@ def check_concatenation(record: StudyRecord, run_dir) -> None:
     plain = json.loads((run_dir / "eval" / "test-last-beam4.json").read_text())
     plain_hyps = (run_dir / "eval" / "test-last-beam4.hyp").read_text()
     assert (run_dir / "eval" / "concat-test-k1.hyp").read_text() == plain_hyps
-    by = {(row["split"], row["k"]): row for row in record.concat}
-    assert by[("test", 1)]["bleu"] == plain["bleu"] == record.test.bleu
-    assert by[("test", 1)]["chrf"] == plain["chrf"] == record.test.chrf
+    by = {(row.split, row.k): row for row in record.concat}
+    assert by[("test", 1)].bleu == plain["bleu"] == record.test.bleu
+    assert by[("test", 1)].chrf == plain["chrf"] == record.test.chrf
     for k in KS:
         for split in ("test", "validation"):
             row = by[(split, k)]
-            assert row["lines"] == N_EVAL // k and row["left_out"] == N_EVAL % k
+            assert row.lines == N_EVAL // k and row.left_out == N_EVAL % k
             hyps = (run_dir / "eval" / f"concat-{split}-k{k}.hyp").read_text().splitlines()
-            assert len(hyps) == row["lines"]
+            assert len(hyps) == row.lines
         pooled = by[(POOLED, k)]
-        assert pooled["lines"] == 2 * (N_EVAL // k) and pooled["left_out"] == 2 * (N_EVAL % k)
-        ratio = pooled["hyp_len"] / pooled["ref_len"]
-        assert pooled["length_ratio"] == pytest.approx(ratio, abs=1e-4)
+        assert pooled.lines == 2 * (N_EVAL // k) and pooled.left_out == 2 * (N_EVAL % k)
+        ratio = pooled.hyp_len / pooled.ref_len
+        assert pooled.length_ratio == pytest.approx(ratio, abs=1e-4)
         bp = 0.0 if ratio == 0 else 1.0 if ratio > 1 else math.exp(1 - 1 / ratio)
         assert pooled["bp"] == pytest.approx(bp, abs=1e-4)
     assert sum(b["n"] for b in record.by_bucket) == 2 * N_EVAL
@@ -224,7 +225,7 @@ def test_a_record_of_another_search_is_rescored_not_mixed(study, tmp_path):
     (runs["learned"] / STUDY_FILE).write_text(json.dumps(record | {"search": {"beam": 5}}))
     said = []
     report = write_report(copy, tmp_path / "report", resamples=0, echo=said.append)
-    assert [r["variant"] for r in report["runs"]] == ["sinusoidal"]
+    assert [r.variant for r in report.runs] == ["sinusoidal"]
     assert any("left out" in line and "all/learned/seed-1" in line for line in said)
 
 
@@ -363,17 +364,17 @@ def test_report_writes_the_tables_json_and_plots(study, tmp_path):
         assert (out / name).is_file()
     readme = (out / "README.md").read_text()
     assert f"counts under each): {machine_description(torch.device('cpu'))} (3)." in readme
-    assert "all/sinusoidal/seed-2" in report["missing"]
-    assert "short/learned/seed-1" in report["missing"]
+    assert "all/sinusoidal/seed-2" in report.missing
+    assert "short/learned/seed-1" in report.missing
     assert "Pictures of trained runs: not made yet" in readme
-    for run in report["runs"]:  # the toy corpus and tiny model: settings added and removed
-        again = compose_config([*shlex.split(run["command"])[2:], "run_dir=."])
-        trained = stored_config(root / run["condition"] / run["variant"] / f"seed-{run['seed']}")
+    for run in report.runs:  # the toy corpus and tiny model: settings added and removed
+        again = compose_config([*shlex.split(run.command)[2:], "run_dir=."])
+        trained = Run(root / run.condition / run.variant / f"seed-{run.seed}").config()
         again.run_dir = trained.run_dir
         again.cache_dir = trained.cache_dir
-        assert OmegaConf.to_container(again) == OmegaConf.to_container(trained), run["command"]
-    assert "~data.corpus.path" in report["runs"][0]["command"]
-    assert f"e.g. `{report['runs'][0]['command']}`" in readme
+        assert OmegaConf.to_container(again) == OmegaConf.to_container(trained), run.command
+    assert "~data.corpus.path" in report.runs[0].command
+    assert f"e.g. `{report.runs[0].command}`" in readme
     runs = [str(root / "all" / v / "seed-1") for v in VARIANTS]
     script_main("study")(["pictures", "--runs", *runs, "--out", str(out)])
     pictured = json.loads((out / "pictures.json").read_text())["runs"]
@@ -432,8 +433,8 @@ def test_report_shows_each_variants_rate_and_refuses_one_variant_at_two(study, t
     tuning = made_tuning(root, overrides, shifts, tmp_path / "tuning")
     out = tmp_path / "report"
     report = write_report(root, out, resamples=0, echo=lambda _: None, tuning=tuning)
-    rows = {row["variant"]: row for row in report["table3"]["variants"]}
-    assert rows["learned"]["lr_scale"] == rows["learned"]["chosen_lr_scale"] == rate
+    rows = {row.variant: row for row in report.table3.variants}
+    assert rows["learned"].lr_scale == rows["learned"].chosen_lr_scale == rate
     table = (out / "table3.md").read_text()
     assert f"| learned | 1 | 20 | ×{rate:g} (chosen at 20 steps) |" in table
     so_far = f"(≠ chosen so far ×{rate / 2:g} at 20 steps)"  # at the low edge: not final

@@ -1,14 +1,16 @@
-"""train.py: a real tiny run, bitwise resume, stopping rules, bf16 and torch.compile."""
+"""train.py: a real tiny run, bitwise resume, stopping rules, bf16, fp16 and torch.compile."""
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from common.errors import UserError
 from runs.checkpoint import load_checkpoint, step_checkpoints
-from tests.conftest import compose_config, tiny_run_overrides
+from tests.conftest import ROOT, compose_config, tiny_run_overrides
 from training.launch import train
 
 
@@ -79,7 +81,7 @@ def test_bf16_autocast_on_cpu_trains(tmp_path, cache_dir):
 
 def test_compiled_training_saves_weights_evaluate_loads(tmp_path, cache_dir, monkeypatch):
     """trainer.compile=true through torch.compile's tracing (aot_eager: no C++ build, seconds)."""
-    from runs.load import load_run, rebuild_model
+    from runs.run import load_run, rebuild_model
 
     compiled = []
     real_compile = torch.compile
@@ -97,3 +99,53 @@ def test_compiled_training_saves_weights_evaluate_loads(tmp_path, cache_dir, mon
     model, _ = rebuild_model(state, torch.device("cpu"))
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, state["model"][name]), name
+
+
+def test_fp16_resumes_bitwise_with_its_gradient_scaler(tmp_path, cache_dir):
+    """trainer.precision=fp16 (here on the CPU): the GradScaler's state rides in every
+    checkpoint, so a resumed run ends bitwise where a straight one does; a resume in another
+    precision is refused; evaluate.py searches in fp16 and records it."""
+    from evaluation.evaluate import evaluate_run
+    from runs.resume import ResumeError
+
+    tiny = ["model.d_model=32", "model.d_ff=64", "trainer.eval_every=5", "trainer.precision=fp16"]
+    tiny += ["data.corpus.train_size=1000", "+data.corpus.validation_size=20"]
+    tiny += ["+data.corpus.test_size=20"]
+
+    def run(run_dir, steps, *extra):
+        overrides = tiny_run_overrides(run_dir, cache_dir, *tiny, f"trainer.max_steps={steps}")
+        return train(compose_config([*overrides, *extra]))
+
+    run(tmp_path / "straight", 12)
+    run(tmp_path / "stopped", 7)
+    resumed = run(tmp_path / "stopped", 12)
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "stopped" / "checkpoints" / "last.pt")
+    assert resumed["steps"] == b["step"] == a["step"] == 12
+    assert a["precision"] == b["precision"] == "fp16"
+    assert a["scaler"] == b["scaler"] and b["scaler"]["_growth_tracker"] > 5  # not a new one
+    for name, tensor in a["model"].items():
+        assert torch.equal(tensor, b["model"][name]), name
+    with pytest.raises(ResumeError, match=r"precision \(trainer.precision on this device\): fp16"):
+        run(tmp_path / "stopped", 14, "trainer.precision=fp32")
+    scores = evaluate_run(tmp_path / "straight", "split=test", "precision=fp16", "name=fp16")
+    assert scores["precision"] == "fp16" and math.isfinite(scores["bleu"])
+
+
+def test_a_launch_says_first_what_it_trains_and_that_no_gpu_was_found(tmp_path):
+    """`python train.py position=learned` (no experiment=) would train the base model for
+    100,000 steps: the first log line says so, before any data is read. Here the launch is
+    then refused (an earlier run's records) and leaves the folder as it was."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.json").write_text("{}\n")
+    command = [sys.executable, "train.py", "position=learned", f"hydra.run.dir={run_dir}"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "error: run directory" in done.stderr, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "training model=base (d_model 512, 6+6 layers, about 45.7M parameters" in lines[0]
+    assert "position=learned for 100,000 steps on data=toy (100,000 generated pairs" in lines[0]
+    assert lines[0].endswith("no experiment= given: configs/train.yaml's defaults"), lines
+    if not torch.cuda.is_available():  # trainer.device=auto falls back to the CPU, and says so
+        assert "[WARNING] - trainer.device=auto: no CUDA GPU found" in lines[1], lines
+    assert [p.name for p in run_dir.iterdir()] == ["metrics.json"]

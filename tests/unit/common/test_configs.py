@@ -26,6 +26,19 @@ def test_help_lists_the_config_groups():
     assert f"position: {variants}" in out
 
 
+def test_evaluate_help_lists_its_keys_not_trains_groups():
+    """evaluate.py refuses train.py's groups (position=, optim=, ...): its --help offers none."""
+    done = subprocess.run(
+        [sys.executable, "evaluate.py", "--help"], cwd=ROOT, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for group in GROUPS:
+        assert f"{group}:" not in done.stdout and f"{group}=" not in done.stdout
+    for key in ("run_dir: ???", "split: null", "beam: 4", "nbest: 1", "translate: false"):
+        assert key in done.stdout
+
+
 def test_unknown_position_fails_with_the_valid_options():
     result = run_train("position=nope")
     assert result.returncode != 0

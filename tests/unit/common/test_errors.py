@@ -145,7 +145,7 @@ USER_ERRORS = {
 # a bug planted in a function each entry point calls (a RuntimeError no user can fix)
 BUGS = {
     "train": ("data.corpus", "prepare_data", ["train.py", "hydra.run.dir={tmp}"]),
-    "evaluate": ("runs.load", "load_run", ["evaluate.py", "run_dir=/tmp"]),
+    "evaluate": ("runs.run", "load_run", ["evaluate.py", "run_dir=/tmp"]),
     "compare": ("evaluation.compare", "find_run_dirs", ["scripts/compare.py", "{tmp}"]),
     "average_checkpoints": (
         "runs.checkpoint",

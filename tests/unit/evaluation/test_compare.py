@@ -61,6 +61,9 @@ def make_run(
     run = root / f"position={choice},seed={seed}"
     (run / ".hydra").mkdir(parents=True)
     config = compose_config([*DATA, f"position={VARIANT[position]}", f"seed={seed}"])
+    if choice != VARIANT[position]:  # a variant config of its own trains something else
+        OmegaConf.set_struct(config, False)
+        config.position.variant_in_test = choice
     OmegaConf.save(config, run / ".hydra" / "config.yaml")
     curve = [(100 * k, 40.0 / k + DROP[position] + seed / 100) for k in range(1, 5)]
     writer = SummaryWriter(run / "tensorboard")
@@ -415,9 +418,15 @@ def test_a_seed_given_twice_is_refused_not_pooled(tmp_path, toy_validation, caps
     link.symlink_to(run, target_is_directory=True)
     out = tmp_path / "o"
     err = error_of(capsys, tmp_path / "runs", link, "--resamples", "0", "--out", out)
-    assert "both sinusoidal seed 1 (one folder)" in err
+    assert "are one run (run id " in err and "sinusoidal seed 1)" in err
     shutil.copytree(run, tmp_path / "copy")
     err = error_of(capsys, tmp_path / "runs", tmp_path / "copy", "--resamples", "0", "--out", out)
+    assert "are one run (run id " in err and not out.exists()
+    again = tmp_path / "again" / "position=sinusoidal,seed=1"  # another run of seed 1
+    shutil.copytree(run, again)
+    config = again / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace("label_smoothing: 0.1", "label_smoothing: 0.2"))
+    err = error_of(capsys, tmp_path / "runs", again.parent, "--resamples", "0", "--out", out)
     assert "both sinusoidal seed 1 (two folders)" in err and not out.exists()
 
 

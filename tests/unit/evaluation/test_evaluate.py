@@ -19,7 +19,7 @@ from evaluation.translate import translate
 from model.position import PositionRangeError
 from model.search import beam_search, greedy_search, length_penalty
 from runs.checkpoint import CheckpointError, content_sha256
-from runs.load import load_run, rebuild_model
+from runs.run import load_run, rebuild_model
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
 LEARNED_ROWS = 80
@@ -416,7 +416,7 @@ def test_bf16_search_agrees_with_fp32_on_a_trained_model(trained_run):
     model, tokenizer = rebuild_model(state, torch.device("cpu"))
     sentences = load_split(state["config"]["data"], "validation")["src"][:100]
     fp32 = translate(model, tokenizer, sentences, torch.device("cpu"))
-    bf16 = translate(model, tokenizer, sentences, torch.device("cpu"), bf16=True)
+    bf16 = translate(model, tokenizer, sentences, torch.device("cpu"), precision="bf16")
     same = sum(a == b for a, b in zip(fp32, bf16, strict=True))
     # a 240-step tiny model has many near-ties between its top subwords, where bf16 rounding
     # picks the other one: 75-85 of 100 agree across recent versions of the training code

@@ -14,7 +14,7 @@ from data.tokenizer import BOS_ID, EOS_ID
 from evaluation.evaluate import evaluate
 from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
 from interop.ctranslate2_spec import ctranslate2_spec
-from runs.load import load_run
+from runs.run import load_run
 from tests.conftest import compose_config, tiny_model
 
 VOCAB = ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, 40)]

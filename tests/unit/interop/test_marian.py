@@ -61,7 +61,7 @@ def train_briefly(
             [{"src_ids": src[i], "tgt_ids": tgt[i]} for i in rows], pad_id=PAD_ID, bos_id=BOS_ID
         )
         optimizer.zero_grad()
-        forward_backward(model, batch, smoothing=0.1, scale=1.0, bf16=False)
+        forward_backward(model, batch, smoothing=0.1, scale=1.0, precision="fp32")
         optimizer.step()
     return model.eval()
 

@@ -2,8 +2,14 @@
 
 import torch
 
-from model.search import beam_search, greedy_search, length_penalty, max_output_lengths
-from tests.conftest import tiny_model
+from model.search import (
+    beam_search,
+    beam_search_nbest,
+    greedy_search,
+    length_penalty,
+    max_output_lengths,
+)
+from tests.conftest import CONFIG_DIR, tiny_model
 
 BOS, EOS = 2, 3
 
@@ -159,3 +165,37 @@ def test_length_penalty_can_prefer_a_longer_hypothesis():
         expected = [[a]] if short > long else [[b, c]]
         assert beam_search(model, src, BOS, EOS, beam_size=2, alpha=alpha) == expected
     assert beam_search(model, src, BOS, EOS, beam_size=2, alpha=5.0) == [[b, c]]
+
+
+def test_nbest_waits_until_no_live_beam_can_beat_the_nth_finished():
+    a, b, c = 4, 5, 6
+    # after 2 tokens "A EOS" (0.45) and "B EOS" (0.10) have finished while "B C" (0.40) lives:
+    # the 1-best may stop, the second best is "B C EOS" (0.40), not "B EOS"
+    model = MarkovModel(
+        {BOS: {a: 0.5, b: 0.5}, a: {EOS: 0.9, c: 0.1}, b: {EOS: 0.2, c: 0.8}, c: {EOS: 1.0}},
+        vocab=7,
+    )
+    src = torch.tensor([[a, a, EOS]])
+    [found] = beam_search_nbest(model, src, BOS, EOS, beam_size=2, alpha=0.0, nbest=2)
+    assert [ids for ids, _ in found] == [[a], [b, c]]
+    assert [round(score, 6) for _, score in found] == [
+        round(float(torch.tensor(p).log()), 6) for p in (0.45, 0.40)
+    ]
+    assert beam_search(model, src, BOS, EOS, beam_size=2, alpha=0.0) == [[a]]
+
+
+def test_nbest_scores_are_length_penalised_and_best_first():
+    model = tiny_model(CONFIG_DIR / "position" / "sinusoidal.yaml").eval()
+    src = sources()
+    found = beam_search_nbest(model, src, BOS, EOS, beam_size=4, alpha=0.6, nbest=3)
+    assert [hyps[0][0] for hyps in found] == beam_search(model, src, BOS, EOS, 4, 0.6)
+    for row, hyps in zip(src, found, strict=True):
+        assert len(hyps) == 3 and len({tuple(ids) for ids, _ in hyps}) == 3
+        scores = [score for _, score in hyps]
+        assert scores == sorted(scores, reverse=True)
+        one = row[row != 0][None]  # [1, S]
+        for ids, score in hyps:  # teacher-forced log P(Y, EOS) / lp(|Y| + 1)
+            with torch.no_grad():
+                logp = model(one, torch.tensor([[BOS, *ids]])).log_softmax(-1)[0]  # [T, V]
+            total = logp.gather(1, torch.tensor([[*ids, EOS]]).T).sum()
+            assert abs(float(total / length_penalty(len(ids) + 1, 0.6)) - score) < 1e-4

@@ -274,6 +274,7 @@ def test_every_variant_builds_and_trains_in_the_quickstart_and_multi30k_experime
     multi30k_small and extrapolation_multi30k build the same small model as table3_multi30k
     (in fp32 / bf16): composing them is enough.
     """
+    from runs.device import resolve_precision
     from tests.conftest import compose_config
     from training.loss import forward_backward
 
@@ -288,8 +289,8 @@ def test_every_variant_builds_and_trains_in_the_quickstart_and_multi30k_experime
         model = build_model(cfg.model, cfg.position, vocab_size=60).train()
         tgt = torch.randint(4, 60, (2, 7))
         batch = {"src": torch.randint(4, 60, (2, 6)), "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
-        bf16 = cfg.trainer.precision == "bf16"
-        loss = forward_backward(model, batch, cfg.optim.label_smoothing, 1 / 12, bf16)[0]
+        precision = resolve_precision(cfg.trainer.precision, torch.device("cpu"))
+        loss = forward_backward(model, batch, cfg.optim.label_smoothing, 1 / 12, precision)[0]
         assert torch.isfinite(torch.as_tensor(loss)), experiment
         assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 

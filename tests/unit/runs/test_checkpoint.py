@@ -17,7 +17,7 @@ from runs.checkpoint import (
     step_checkpoints,
     weights_sha256,
 )
-from runs.load import load_run
+from runs.run import load_run
 
 
 def fake_state(step: int, seed: int | None = None) -> dict:

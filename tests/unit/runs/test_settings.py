@@ -1,8 +1,12 @@
-"""runs/settings.py and runs/resume.py: settings refused before any data is read."""
+"""runs/settings.py and runs/resume.py: settings refused before any data is read (or submitted)."""
 
+import contextlib
 import copy
+import io
 
 import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from runs.resume import KEEP_THE_MATH, setting_differences
@@ -94,3 +98,47 @@ def test_multi30k_at_another_location_keeps_the_math_another_corpus_does_not():
         "data.corpus.files.train.en: ../shared/data/multi30k/train.en -> "
         "../shared/data/multi30k/train.fr"
     ]
+
+
+def launcher_config(*overrides: str):
+    """train.yaml with its hydra node, as a sweep's callbacks see it."""
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        return compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+def gpu_check_refuses(cfg) -> str | None:
+    """The error line train.yaml's launcher_gpu_check prints (and exits 1 with), else None."""
+    check, err = instantiate(cfg.hydra.callbacks.launcher_gpu_check), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
+        check.on_multirun_start(config=cfg)
+        return None
+    return err.getvalue()
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda"])
+def test_a_slurm_sweep_without_gpus_on_a_gpu_device_is_one_line(device):
+    """The plugin's own hydra/launcher=submitit_slurm asks for no GPU and one task."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    cfg = launcher_config("hydra/launcher=submitit_slurm", f"trainer.device={device}")
+    line = gpu_check_refuses(cfg)
+    assert line is not None and line.count("\n") == 1 and line.startswith("error: "), line
+    asked = "asks SLURM for no GPU (hydra.launcher.gpus_per_node=null)"
+    assert f"hydra/launcher=submitit_slurm {asked} but trainer.device={device}: " in line
+    assert "hydra.launcher.gpus_per_node=<n>" in line and "trainer.device=cpu" in line
+    assert list(cfg.hydra.callbacks)[0] == "launcher_gpu_check"  # before a folder is made
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["hydra/launcher=slurm", "experiment=table3_base"],  # 8 GPUs, one task each
+        ["hydra/launcher=submitit_slurm", "trainer.device=cpu"],  # CPUs, asked for
+        ["hydra/launcher=submitit_slurm", "hydra.launcher.gpus_per_node=2"],
+        ["hydra/launcher=submitit_slurm", "hydra.launcher.gres=gpu:a100:1"],
+        ["hydra/launcher=submitit_slurm", "+hydra.launcher.additional_parameters.gpus=1"],
+        ["hydra/launcher=submitit_local"],  # not SLURM: this machine's own devices
+    ],
+)
+def test_a_sweep_that_asks_for_gpus_or_cpus_passes(overrides):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    assert gpu_check_refuses(launcher_config(*overrides)) is None

@@ -57,8 +57,8 @@ def test_a_value_missing_a_seed_chooses_nothing_final(tmp_path):
         shape_grid(tmp_path / "s25", 25, {1: 8.0}, tmp_path / "t25"),  # lowest, one seed
     ]
     result = choose_setting(KEY, 1.0, files, echo=lambda _: None)
-    row = result["variants"]["sinusoidal_shape"]
-    assert (row["chosen"], row["complete"]) == ("10", False)
+    row = result.variants["sinusoidal_shape"]
+    assert (row.chosen, row.complete) == ("10", False)
 
 
 def test_files_that_are_not_one_grid_are_refused_in_one_line(tmp_path, capsys):

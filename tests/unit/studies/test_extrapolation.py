@@ -1,6 +1,7 @@
 """The length-extrapolation study: the training-length filter, the buckets, the report, a run."""
 
 import json
+from dataclasses import asdict
 
 import datasets
 import pytest
@@ -11,6 +12,10 @@ from data.corpus import DataError, clean_train, load_split, prepare_data
 from data.tokenizer import EOS_ID
 from evaluation.plots import plot_extrapolation
 from studies.extrapolation import (
+    BucketScores,
+    Extrapolation,
+    RunScores,
+    Scored,
     bleu_by_bucket,
     bleu_by_range,
     bucket_of,
@@ -128,63 +133,71 @@ def test_bleu_per_bucket_is_sacrebleu_on_the_lines_of_that_bucket():
         "Unser Lehrer sagt, dass der Hund schläft.",
     ]
     rows = bleu_by_bucket(srcs, hyps, refs, max_words=4, width=4)
-    assert [(r["bucket"], r["n"], r["scored"], r["beyond"]) for r in rows] == [
+    assert [(r.bucket, r.n, r.scored, r.beyond) for r in rows] == [
         ("1-4", 2, 2, False),
         ("5-8", 2, 1, True),
         ("9-12", 3, 3, True),
     ]
     for row, lines in zip(rows, ([0, 1], [2], [4, 5, 6]), strict=True):
         expected = sacrebleu.corpus_bleu([hyps[i] for i in lines], [[refs[i] for i in lines]])
-        assert row["bleu"] == round(expected.score, 2) and row["bp"] == round(expected.bp, 4)
-        assert row["length_ratio"] == round(expected.sys_len / expected.ref_len, 4)
+        assert row.bleu == round(expected.score, 2) and row.bp == round(expected.bp, 4)
+        assert row.length_ratio == round(expected.sys_len / expected.ref_len, 4)
     ranges = bleu_by_range(srcs, hyps, refs, max_words=4)
     assert list(ranges) == ["1-4", "5-8", ">8"]
-    assert [r["n"] for r in ranges.values()] == [2, 2, 3]
-    assert ranges["1-4"]["bleu"] == rows[0]["bleu"] and ranges[">8"]["bleu"] == rows[2]["bleu"]
+    assert [r.n for r in ranges.values()] == [2, 2, 3]
+    assert ranges["1-4"].bleu == rows[0].bleu and ranges[">8"].bleu == rows[2].bleu
     only_skipped = bleu_by_bucket(["a"], [None], ["x"], max_words=4, width=4)
-    assert only_skipped[0]["bleu"] is None and only_skipped[0]["scored"] == 0
-    assert only_skipped[0]["bp"] is None and only_skipped[0]["length_ratio"] is None
+    assert only_skipped[0].bleu is None and only_skipped[0].scored == 0
+    assert only_skipped[0].bp is None and only_skipped[0].length_ratio is None
 
 
-def fake_run(variant: str, seed: int, bleus: list[float | None]) -> dict:
+def fake_run(variant: str, seed: int, bleus: list[float | None]) -> RunScores:
     """A run record as the study makes it, with buckets 1-3, 4-6 (L = 6), 7-9, 10-12, 13-15."""
     buckets = [(1, 3), (4, 6), (7, 9), (10, 12), (13, 15)]
-    return {
-        "variant": variant,
-        "seed": seed,
-        "steps": 100 * seed,
-        "train_pairs": 655,
-        "by_bucket": [
-            {"bucket": f"{lo}-{hi}", "low": lo, "high": hi, "beyond": lo > 6, "n": 10}
-            | {"scored": 10 if bleu is not None else 0, "bleu": bleu}
+    return RunScores(
+        variant=variant,
+        seed=seed,
+        run_dir=f"{variant}-s{seed}",
+        steps=100 * seed,
+        wall_seconds=1.0,
+        dev_ppl=10.0,
+        train_pairs=655,
+        train_cleaning={"kept": 655},
+        skipped=0,
+        by_bucket=[
+            BucketScores(f"{lo}-{hi}", lo, hi, lo > 6, 10, 10 if bleu is not None else 0, bleu,
+                         None, None)
             for (lo, hi), bleu in zip(buckets, bleus, strict=True)
         ],
-        "by_range": {
-            "1-6": {"n": 20, "scored": 20, "bleu": bleus[1]},
-            "7-12": {"n": 20, "scored": 20, "bleu": bleus[2]},
-            ">12": {"n": 10, "scored": 10 if bleus[4] is not None else 0, "bleu": bleus[4]},
+        by_range={
+            "1-6": Scored(20, 20, bleus[1], None, None),
+            "7-12": Scored(20, 20, bleus[2], None, None),
+            ">12": Scored(10, 10 if bleus[4] is not None else 0, bleus[4], None, None),
         },
-    }
+    )  # fmt: skip
 
 
 def test_the_report_averages_seeds_and_marks_buckets_past_the_training_length(tmp_path):
     sinusoidal = [fake_run("sinusoidal", s, [30.0 + s, 28.0, 20.0, 10.0 + s, 5.0]) for s in (1, 2)]
     learned = [fake_run("learned", 1, [31.0, 29.0, 5.0, 1.0, None])]
-    result = {
-        "corpus": "toy",
-        "max_words": 6,
-        "bucket_width": 3,
-        "splits": ["test", "test_long"],
-        "beam": 4,
-        "seeds": [1, 2],
-        "variants": [
+    result = Extrapolation(
+        corpus="toy",
+        experiment="extrapolation_toy",
+        max_words=6,
+        bucket_width=3,
+        splits=["test", "test_long"],
+        beam=4,
+        seeds=[1, 2],
+        overrides=[],
+        runs=sinusoidal + learned,
+        variants=[
             summarize_variant("sinusoidal", sinusoidal),
             summarize_variant("learned", learned),
         ],
-    }
-    first = result["variants"][0]["by_bucket"][0]
-    assert first["bleu_mean"] == 31.5 and first["bleu_std"] == pytest.approx(0.71)
-    assert first["bleu_by_seed"] == {"1": 31.0, "2": 32.0}
+    )
+    first = result.variants[0].by_bucket[0]
+    assert first.bleu_mean == 31.5 and first.bleu_std == pytest.approx(0.71)
+    assert first.bleu_by_seed == {"1": 31.0, "2": 32.0}
     title, note, by_bucket, by_range = markdown(result).strip().split("\n\n")
     assert "trained on sources of <= 6 words" in title and "* = beyond L" in note
     header, _, sinusoidal_row, learned_row, sentences = by_bucket.splitlines()
@@ -194,7 +207,7 @@ def test_the_report_averages_seeds_and_marks_buckets_past_the_training_length(tm
     assert sentences == "| sentences | 10 | 10 | 10 | 10 | 10 |"
     assert by_range.splitlines()[0] == "| variant | 1-6 words | 7-12 words | >12 words | steps |"
     assert by_range.splitlines()[2] == "| sinusoidal | 28.0 ± 0.0 | 20.0 ± 0.0 | 5.0 ± 0.0 | 150 |"
-    plot_extrapolation(result, tmp_path / "bleu_by_length.png")
+    plot_extrapolation(asdict(result), tmp_path / "bleu_by_length.png")
     assert (tmp_path / "bleu_by_length.png").stat().st_size > 0
 
 
@@ -222,21 +235,21 @@ def test_a_tiny_study_writes_the_table_json_and_plot(tmp_path, cache_dir):
     result = main([*argv, "model.max_positions=60"])
     for name in ("extrapolation.md", "extrapolation.json", "bleu_by_length.png"):
         assert (out / name).is_file()
-    assert json.loads((out / "extrapolation.json").read_text()) == result
+    assert json.loads((out / "extrapolation.json").read_text()) == asdict(result)
     table = (out / "extrapolation.md").read_text().splitlines()
     rows = [line.split(" | ")[0] for line in table if line.startswith("| ")]
     assert rows[:4] == ["| variant", "| sinusoidal", "| learned", "| sentences"]
-    buckets = result["variants"][0]["by_bucket"]
-    assert any(b["beyond"] for b in buckets) and max(b["high"] for b in buckets) >= 2 * 6
+    buckets = result.variants[0].by_bucket
+    assert any(b.beyond for b in buckets) and max(b.high for b in buckets) >= 2 * 6
     data = json.loads((out / "learned-s1" / "data.json").read_text())
     assert data["train_cleaning"]["over_max_words"] > 0
-    learned = result["variants"][1]
-    assert learned["by_bucket"][-1]["scored"] == 0  # 25+ word sources never fit 60 positions
-    assert sum(b["n"] for b in buckets) == 30 + 20
+    learned = result.variants[1]
+    assert learned.by_bucket[-1].scored == 0  # 25+ word sources never fit 60 positions
+    assert sum(b.n for b in buckets) == 30 + 20
     scores = json.loads((out / "sinusoidal-s1" / "eval" / "test_long-last-beam4.json").read_text())
     assert scores["precision"] == "bf16"
     again = main([*argv, "model.max_positions=60"])  # resumable: reuses runs and evaluations
-    assert again["runs"][0]["by_bucket"] == result["runs"][0]["by_bucket"]
+    assert again.runs[0].by_bucket == result.runs[0].by_bucket
 
 
 def test_the_skipped_lines_come_from_the_evaluation_not_from_a_rebuilt_model(tmp_path):

@@ -9,13 +9,13 @@ from omegaconf import OmegaConf
 
 from common.configs import compose_config
 from runs.resume import flatten
+from runs.run import Run
 from studies.plan import RECORDS, STUDY_FILE, Job
 from studies.records import (
     StudyRecord,
     record_mismatch,
     retrain_command,
     scored_runs,
-    stored_config,
 )
 from tests.conftest import ROOT
 
@@ -114,7 +114,7 @@ def composes_to_its_config(record: StudyRecord, multi30k: bool) -> None:
     words = shlex.split(retrain_command(record))
     assert words[:2] == ["python", "train.py"]
     again = flat_config(compose_config([*words[2:], "run_dir=."]))
-    then = flat_config(stored_config(Path(record.run_dir)))
+    then = flat_config(Run(record.run_dir).config())
     paths = ("run_dir", "cache_dir", *(("data.path", "data.corpus") if multi30k else ()))
     for key in set(again) | set(then):
         if key.startswith(paths) or key not in then:

@@ -12,13 +12,25 @@ from studies.buckets import bucket_markdown, bucket_ratio_figure, bucket_table
 from studies.cells import equivalence_cell, seeds_cell, signed_cell
 from studies.concat import concat_markdown, concat_table
 from studies.plan import KS, POOLED, SEARCH
-from studies.records import StudyRecord, Table3Scores
-from studies.report import differences_to, provenance_line, row_e, row_e_markdown
+from studies.records import BucketRow, ConcatRow, StudyRecord, Table3Scores
+from studies.report import RunRow, differences_to, provenance_line, row_e, row_e_markdown
 
 
 def scores(bleu: float, chrf: float = 50.0, tok_bleu: float | None = None) -> Table3Scores:
     """A Table 3 evaluation's scores."""
     return Table3Scores("test-last-beam4", bleu, chrf, 1000, tok_bleu, None)
+
+
+def concat_row(k: int, bleu: float, length_ratio: float = 1.0, chrf: float | None = None):
+    """A pooled concatenation row of 100 lines joined k at a time."""
+    chrf = bleu if chrf is None else chrf
+    return ConcatRow(POOLED, k, 100 // k, 100 % k, bleu, chrf, 1.0, length_ratio, 0, 0, 50.0)
+
+
+def bucket_row(low: int, bleu: float, n: int = 7, high: int | None = None, **lengths):
+    """A length bucket of L = 10 from low (5 words wide unless high), lengths: bp, length_ratio."""
+    high = low + 4 if high is None else high
+    return BucketRow(f"{low}-{high}", low, high, low > 10, n, bleu, **lengths)
 
 
 def record_of(condition: str, variant: str, seed: int, **fields) -> StudyRecord:
@@ -45,16 +57,8 @@ def test_ratios_per_seed_and_per_bucket():
     """BLEU(k)/BLEU(1) is taken per seed before summarizing; short/control per bucket."""
 
     def record(condition, seed, bleus, buckets):
-        concat = [
-            {"split": POOLED, "k": k, "bleu": b, "chrf": b, "bp": 1.0, "length_ratio": 1.0}
-            | {"unigram_precision": 50.0, "lines": 100 // k, "left_out": 100 % k}
-            for k, b in zip(KS, bleus, strict=True)
-        ]
-        rows = [
-            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
-            | {"n": 7, "bleu": b}
-            for low, b in zip((1, 6, 11), buckets, strict=True)
-        ]
+        concat = [concat_row(k, b) for k, b in zip(KS, bleus, strict=True)]
+        rows = [bucket_row(low, b) for low, b in zip((1, 6, 11), buckets, strict=True)]
         return record_of(condition, "rope", seed, concat=concat, by_bucket=rows, max_words=10)
 
     records = [
@@ -63,64 +67,60 @@ def test_ratios_per_seed_and_per_bucket():
         record("short", 1, [30, 15, 9, 6], [40, 15, 5]),
     ]
     concat = concat_table(records)
-    k2 = next(r for r in concat["summary"] if r["condition"] == "all" and r["k"] == 2)
-    assert k2["bleu_ratio_to_k1"]["mean"] == pytest.approx((20 / 40 + 20 / 20) / 2)
-    assert k2["bleu"]["mean"] == 20 and k2["lines"] == 50 and k2["left_out"] == 0
-    buckets = {r["bucket"]: r for r in bucket_table(records)["rows"]}
-    assert buckets["11-15"]["ratio"] == pytest.approx(5 / 15, abs=1e-4)  # short / control means
+    k2 = next(r for r in concat.summary if r.condition == "all" and r.k == 2)
+    assert k2.bleu_ratio_to_k1.mean == pytest.approx((20 / 40 + 20 / 20) / 2)
+    assert k2.bleu.mean == 20 and k2.lines == 50 and k2.left_out == 0
+    buckets = {r.bucket: r for r in bucket_table(records).rows}
+    assert buckets["11-15"].ratio == pytest.approx(5 / 15, abs=1e-4)  # short / control means
     baseline = [
         replace(
             r,
             variant="sinusoidal",
-            concat=[dict(row, bleu=b) for row, b in zip(r.concat, bleus, strict=True)],
+            concat=[replace(row, bleu=b) for row, b in zip(r.concat, bleus, strict=True)],
         )
         for r, bleus in zip(
             records, ([30, 20, 10, 5], [20, 10, 10, 10], [30, 15, 9, 6]), strict=True
         )
     ]
     concat = concat_table(records + baseline)
-    diffs = {(d["condition"], d["k"]): d for d in concat["differences"]}
-    assert {d["variant"] for d in concat["differences"]} == {"rope"}  # none of the baseline
+    diffs = {(d.condition, d.k): d for d in concat.differences}
+    assert {d.variant for d in concat.differences} == {"rope"}  # none of the baseline
     k2 = diffs["all", 2]  # rope minus sinusoidal, seeds 1 and 2 paired
-    assert k2["bleu"]["seeds"] == [1, 2] and k2["bleu"]["difference"] == pytest.approx(5.0)
+    assert k2.bleu["seeds"] == [1, 2] and k2.bleu["difference"] == pytest.approx(5.0)
     ratio_diffs = [20 / 40 - 20 / 30, 20 / 20 - 10 / 20]
-    assert k2["bleu_ratio_to_k1"]["difference"] == pytest.approx(
+    assert k2.bleu_ratio_to_k1["difference"] == pytest.approx(
         statistics.fmean(ratio_diffs), abs=1e-3
     )
-    assert k2["bleu_ratio_to_k1"]["low"] is not None and diffs["short", 1]["bleu"]["low"] is None
+    assert k2.bleu_ratio_to_k1["low"] is not None and diffs["short", 1].bleu["low"] is None
     assert "## Each variant minus sinusoidal, per condition and k" in concat_markdown(concat)
     learned = [
         replace(r, variant="learned") for r in records
     ]  # row E's other encoding, also a base
     concat = concat_table(records + baseline + learned)
-    pairs = {(d["variant"], d["baseline"]) for d in concat["differences"]}
+    pairs = {(d.variant, d.baseline) for d in concat.differences}
     assert pairs == {("rope", "sinusoidal"), ("learned", "sinusoidal"), ("rope", "learned")}
-    rope_vs_learned = [d for d in concat["differences"] if d["baseline"] == "learned"]
-    assert all(d["bleu"]["difference"] == pytest.approx(0.0) for d in rope_vs_learned)  # copies
+    rope_vs_learned = [d for d in concat.differences if d.baseline == "learned"]
+    assert all(d.bleu["difference"] == pytest.approx(0.0) for d in rope_vs_learned)  # copies
     text = concat_markdown(concat)
     assert text.count("## Each variant minus ") == 2 and "## Each variant minus learned" in text
     # Holm within each (baseline, condition, k): rope and learned minus sinusoidal, the same p
-    family = [d for d in concat["differences"] if (d["baseline"], d["k"]) == ("sinusoidal", 2)]
-    family = [d["bleu_ratio_to_k1"] for d in family if d["condition"] == "all"]
+    family = [d for d in concat.differences if (d.baseline, d.k) == ("sinusoidal", 2)]
+    family = [d.bleu_ratio_to_k1 for d in family if d.condition == "all"]
     assert len(family) == 2 and family[0]["p"] == family[1]["p"] is not None
     assert [d["p_holm"] for d in family] == pytest.approx([min(1, 2 * family[0]["p"])] * 2)
     assert all(d["family_size"] == 2 for d in family)
-    alone = [d for d in concat["differences"] if d["baseline"] == "learned"]
-    assert all(d["bleu"]["family_size"] <= 1 for d in alone)  # rope alone at each k
+    alone = [d for d in concat.differences if d.baseline == "learned"]
+    assert all(d.bleu["family_size"] <= 1 for d in alone)  # rope alone at each k
     assert f"Holm p {min(1, 2 * family[0]['p']):.3f}" in text
-    assert buckets["11-15"]["ratio_by_seed"] == {"1": pytest.approx(5 / 20, abs=1e-4)}
-    assert buckets["6-10"]["n"] == 7 and buckets["6-10"]["control_seeds"] == [1, 2]
+    assert buckets["11-15"].ratio_by_seed == {"1": pytest.approx(5 / 20, abs=1e-4)}
+    assert buckets["6-10"].n == 7 and buckets["6-10"].control_seeds == [1, 2]
 
 
 def test_joined_minus_all_pairs_each_variant_with_its_control():
     """The remedy's effect: each variant's joined runs minus its all-lengths runs, by seed."""
 
     def record(condition, seed, bleus, ratios):
-        concat = [
-            {"split": POOLED, "k": k, "bleu": b, "chrf": b, "bp": 1.0, "length_ratio": r}
-            | {"unigram_precision": 50.0, "lines": 100 // k, "left_out": 100 % k}
-            for k, b, r in zip(KS, bleus, ratios, strict=True)
-        ]
+        concat = [concat_row(k, b, r) for k, b, r in zip(KS, bleus, ratios, strict=True)]
         return record_of(condition, "rope", seed, concat=concat)
 
     records = [
@@ -131,24 +131,24 @@ def test_joined_minus_all_pairs_each_variant_with_its_control():
         record("joined", 2, [30, 24, 21, 19], [1.0, 1.0, 0.9, 0.9]),
     ]
     concat = concat_table(records)
-    remedy = {d["k"]: d for d in concat["joined_minus_all"]}
-    assert sorted(remedy) == list(KS) and concat["differences"] == []  # no sinusoidal runs
+    remedy = {d.k: d for d in concat.joined_minus_all}
+    assert sorted(remedy) == list(KS) and concat.differences == []  # no sinusoidal runs
     k4 = remedy[4]
-    assert k4["variant"] == "rope" and k4["length_ratio"]["seeds"] == [1, 2]
-    assert k4["length_ratio"]["difference"] == pytest.approx(((0.8 - 0.4) + (0.9 - 0.3)) / 2)
+    assert k4.variant == "rope" and k4.length_ratio["seeds"] == [1, 2]
+    assert k4.length_ratio["difference"] == pytest.approx(((0.8 - 0.4) + (0.9 - 0.3)) / 2)
     ratio_diffs = [20 / 38 - 8 / 40, 19 / 30 - 6 / 30]
-    assert k4["bleu_ratio_to_k1"]["difference"] == pytest.approx(
+    assert k4.bleu_ratio_to_k1["difference"] == pytest.approx(
         statistics.fmean(ratio_diffs), abs=1e-3
     )
-    assert k4["bleu"]["method"] == "paired t, shared seeds" and k4["bleu"]["low"] is not None
+    assert k4.bleu["method"] == "paired t, shared seeds" and k4.bleu["low"] is not None
     text = concat_markdown(concat)
     assert "## Trained on joined lines minus trained on single sentences" in text
-    assert k4["bleu_over_control"]["mean"] == pytest.approx((20 / 8 + 19 / 6) / 2)  # seed 3 out
-    assert remedy[1]["bleu_over_control"]["n"] == 2
+    assert k4.bleu_over_control.mean == pytest.approx((20 / 8 + 19 / 6) / 2)  # seed 3 out
+    assert remedy[1].bleu_over_control.n == 2
     assert f"| rope | 4 | 1, 2 | {(20 / 8 + 19 / 6) / 2:.3f} ± " in text
     # what two seeds can detect, from the paired BLEU differences 12 and 13
     power = power_statement(statistics.stdev([20 - 8, 19 - 6]), 2)
-    assert k4["power"]["n"] == 2 and k4["power"]["detectable"] == pytest.approx(power.detectable)
+    assert k4.power.n == 2 and k4.power.detectable == pytest.approx(power.detectable)
     assert f"| {power.detectable:.2f} (SD 0.71, n 2) |" in text
     assert "80% power detects (Δ BLEU)" in text
 
@@ -158,8 +158,7 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
 
     def record(condition, variant, seed, bleus):
         rows = [
-            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
-            | {"n": 9, "bleu": b}
+            bucket_row(low, b, n=9)
             for low, b in zip((1, 6, 11), [30, *bleus], strict=True)  # 1-5: all alike
         ]
         return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
@@ -177,31 +176,31 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
         record("short", "learned", 3, [40, 4]),  # no sinusoidal seed 3: left out of the pairs
     ]
     table = bucket_table(records)
-    diffs = {d["bucket"]: d for d in table["differences"]}
-    assert {d["variant"] for d in table["differences"]} == {"learned"}
+    diffs = {d.bucket: d for d in table.differences}
+    assert {d.variant for d in table.differences} == {"learned"}
     beyond = diffs["11-15"]
-    assert beyond["ratio"]["seeds"] == [1, 2] and beyond["n"] == 9 and beyond["beyond"]
+    assert beyond.ratio["seeds"] == [1, 2] and beyond.n == 9 and beyond.beyond
     # learned 8/20, 16/40 against sinusoidal 10/20, 18/30
-    assert beyond["ratio"]["difference"] == pytest.approx(((0.4 - 0.5) + (0.4 - 0.6)) / 2)
-    assert beyond["ratio"]["low"] < beyond["ratio"]["difference"] < beyond["ratio"]["high"]
-    assert diffs["6-10"]["ratio"]["difference"] == pytest.approx(((0.5 - 1) + (1 - 1)) / 2)
+    assert beyond.ratio["difference"] == pytest.approx(((0.4 - 0.5) + (0.4 - 0.6)) / 2)
+    assert beyond.ratio["low"] < beyond.ratio["difference"] < beyond.ratio["high"]
+    assert diffs["6-10"].ratio["difference"] == pytest.approx(((0.5 - 1) + (1 - 1)) / 2)
     # over the in-range (6-10) ratio: learned seed 1 0.4 / 0.5, seed 2 0.4 / 1; sinusoidal 0.5, 0.6
-    assert table["in_range"] == "6-10"
-    rows = {(r["variant"], r["bucket"]): r for r in table["rows"]}
-    assert rows["learned", "11-15"]["over_in_range_by_seed"] == {"1": 0.8, "2": 0.4, "3": 0.1}
-    assert rows["learned", "6-10"]["over_in_range"]["mean"] == pytest.approx(1.0)
-    relative = beyond["over_in_range"]
+    assert table.in_range == "6-10"
+    rows = {(r.variant, r.bucket): r for r in table.rows}
+    assert rows["learned", "11-15"].over_in_range_by_seed == {"1": 0.8, "2": 0.4, "3": 0.1}
+    assert rows["learned", "6-10"].over_in_range.mean == pytest.approx(1.0)
+    relative = beyond.over_in_range
     assert relative["seeds"] == [1, 2]
     assert relative["difference"] == pytest.approx(((0.8 - 0.5) + (0.4 - 0.6)) / 2)
-    assert beyond["ratio"]["family_size"] == 1  # one variant at each bucket: a family of one
-    assert beyond["ratio"]["p_holm"] == beyond["ratio"]["p"] is not None
+    assert beyond.ratio["family_size"] == 1  # one variant at each bucket: a family of one
+    assert beyond.ratio["p_holm"] == beyond.ratio["p"] is not None
     text = bucket_markdown(table)
     assert "## Each variant's ratio minus sinusoidal's, per bucket" in text
-    assert f"Holm p {beyond['ratio']['p']:.3f}" in text
+    assert f"Holm p {beyond.ratio['p']:.3f}" in text
     assert "| learned | 11-15* | 9 | 1, 2 | -0.150 [" in text
     assert "ratio over its ratio at 6-10 words" in text
     power = power_statement(statistics.stdev([0.4 - 0.5, 0.4 - 0.6]), 2)  # the pairs' spread
-    assert beyond["power"]["detectable"] == pytest.approx(power.detectable)
+    assert beyond.power.detectable == pytest.approx(power.detectable)
     assert f"| {power.detectable:.3f} (SD 0.071, n 2) |" in text
 
 
@@ -212,20 +211,23 @@ def test_buckets_without_short_runs_say_so_and_keep_l():
         "sinusoidal",
         1,
         max_words=10,
-        by_bucket=[{"bucket": "1-10", "low": 1, "high": 10, "beyond": False, "n": 5, "bleu": 3.0}],
+        by_bucket=[bucket_row(1, 3.0, n=5, high=10)],
     )
     table = bucket_table([record])
-    assert table["rows"] == [] and table["max_words"] == 10
+    assert table.rows == [] and table.max_words == 10
     text = bucket_markdown(table)
     assert text.startswith("# Trained on <= 10 source words")
     assert "No run of the short condition is scored yet." in text and "| variant |" not in text
 
 
 def test_the_provenance_lines_name_the_runs_whose_machine_or_code_is_unrecorded():
+    def run(condition, variant, seed, hardware, code=("unrecorded",)):
+        return RunRow(condition, variant, seed, 5, 10.0, 1.0, 20.0, 50.0, hardware, [*code], "")
+
     runs = [
-        {"condition": "all", "variant": "learned", "seed": 1, "hardware": ["A", "unrecorded"]},
-        {"condition": "all", "variant": "sinusoidal", "seed": 2, "hardware": ["A", "B"]},
-        {"condition": "short", "variant": "rope", "seed": 3, "hardware": ["B"], "code": ["c1"]},
+        run("all", "learned", 1, ["A", "unrecorded"]),
+        run("all", "sinusoidal", 2, ["A", "B"]),
+        run("short", "rope", 3, ["B"], ["c1"]),
     ]
     line = provenance_line(runs, "hardware", "on")
     assert line.startswith("Trained on (runs; one resumed on other hardware counts under each): ")
@@ -262,27 +264,25 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
         }
 
     close = row_e(records(shifts["close"]), resamples=0)
-    assert close["seeds"] == list(range(1, 9)) and close["two_level_bootstrap"] is None
-    assert close["bleu"]["difference"] == pytest.approx(statistics.fmean(shifts["close"]))
-    eq = close["equivalence"]
-    assert eq["margin"] == 1.0 and eq["equivalent"] and eq["smallest_margin"] < 1.0
-    power = close["power"]
-    assert power["n"] == 8 and power["sd"] == pytest.approx(statistics.stdev(shifts["close"]))
-    assert power["detectable"] < 1.0
+    assert close.seeds == list(range(1, 9)) and close.two_level_bootstrap is None
+    assert close.bleu["difference"] == pytest.approx(statistics.fmean(shifts["close"]))
+    eq = close.equivalence
+    assert eq.margin == 1.0 and eq.equivalent and eq.smallest_margin < 1.0
+    power = close.power
+    assert power.n == 8 and power.sd == pytest.approx(statistics.stdev(shifts["close"]))
+    assert power.detectable < 1.0
     far = row_e(records(shifts["far"]), resamples=0)
-    assert not far["equivalence"]["equivalent"] and far["equivalence"]["smallest_margin"] > 1.0
-    assert far["power"]["detectable"] > 1.0 and far["power"]["seeds_for_one"] > 8
-    assert close["paper"] == far["paper"] and far["paper"]["difference"] == -0.1
+    assert not far.equivalence.equivalent and far.equivalence.smallest_margin > 1.0
+    assert far.power.detectable > 1.0 and far.power.seeds_for_one > 8
+    assert close.paper == far.paper and far.paper.difference == -0.1
     text = "\n".join(row_e_markdown(far))
     assert "equivalence not shown" in text and "25.7 vs 25.8 (-0.1)" in text
-    assert f"±{far['equivalence']['smallest_margin']:.2f} BLEU" in text
+    assert f"±{far.equivalence.smallest_margin:.2f} BLEU" in text
     assert ": equivalent |" in "\n".join(row_e_markdown(close))
     learned = differences_to(records(shifts["far"]), "learned")
-    assert [d["variant"] for d in learned] == ["sinusoidal"]
-    assert learned[0]["across_seeds"]["difference"] == pytest.approx(
-        -statistics.fmean(shifts["far"])
-    )
-    assert learned[0]["across_seeds"]["p_holm"] == learned[0]["across_seeds"]["p"]
+    assert [d.variant for d in learned] == ["sinusoidal"]
+    assert learned[0].across_seeds["difference"] == pytest.approx(-statistics.fmean(shifts["far"]))
+    assert learned[0].across_seeds["p_holm"] == learned[0].across_seeds["p"]
 
 
 def test_each_variant_s_equivalence_is_tested_and_holm_adjusted_in_its_family():
@@ -303,7 +303,7 @@ def test_each_variant_s_equivalence_is_tested_and_holm_adjusted_in_its_family():
         for variant, values in ({"learned": [0.0] * 5} | shifts).items()
     }
     by_variant["none"] = [record_of("all", "none", 1, test=scores(20.0))]
-    diffs = {d["variant"]: d["equivalence"] for d in differences_to(by_variant, "learned")}
+    diffs = {d.variant: d.equivalence for d in differences_to(by_variant, "learned")}
     tested = [diffs[v] for v in ("close", "near", "far")]
     assert [e["n"] for e in tested] == [5, 5, 5] and diffs["none"]["p"] is None
     assert [e["family_size"] for e in tested] == [3, 3, 3]
@@ -325,10 +325,7 @@ def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
 
     def record(condition, seed, ratio, bp, kept=True):
         lengths = {"length_ratio": ratio, "bp": bp} if kept else {}
-        rows = [
-            {"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": 20.0}
-            | lengths
-        ]
+        rows = [bucket_row(11, 20.0, n=9, **lengths)]
         return record_of(condition, "rope", seed, by_bucket=rows, max_words=10)
 
     records = [
@@ -337,12 +334,12 @@ def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
         record("all", 1, 1.00, 1.0),
         record("all", 2, 0.0, 0.0, kept=False),
     ]
-    (row,) = bucket_table(records)["rows"]
-    assert row["short_length_ratio"]["mean"] == pytest.approx(0.85)
-    assert row["short_length_ratio"]["n"] == 2 and row["short_bp"]["mean"] == pytest.approx(0.82315)
-    assert row["control_length_ratio"]["n"] == 1 and row["control_bp"]["mean"] == 1.0
+    (row,) = bucket_table(records).rows
+    assert row.short_length_ratio.mean == pytest.approx(0.85)
+    assert row.short_length_ratio.n == 2 and row.short_bp.mean == pytest.approx(0.82315)
+    assert row.control_length_ratio.n == 1 and row.control_bp.mean == 1.0
     # BP divided out only where both sides kept it: seed 1 (BLEU 20 / 0.7515 over 20 / 1.0)
-    assert row["ratio_without_bp_by_seed"] == {"1": pytest.approx(1 / 0.7515, abs=1e-4)}
+    assert row.ratio_without_bp_by_seed == {"1": pytest.approx(1 / 0.7515, abs=1e-4)}
     text = bucket_markdown(bucket_table(records))
     assert "## Output length per bucket: short vs control" in text
     assert "| rope | 11-15* | 9 | 0.850 ± 0.071 [" in text
@@ -356,10 +353,7 @@ def test_bucket_length_ratio_minus_sinusoidal_is_paired_and_holm_adjusted():
     end-of-sentence prior's share of a BLEU loss beyond the training lengths, told apart."""
 
     def record(condition, variant, seed, ratio):
-        rows = [
-            {"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": 20.0}
-            | {"length_ratio": ratio, "bp": min(1.0, ratio)}
-        ]
+        rows = [bucket_row(11, 20.0, n=9, length_ratio=ratio, bp=min(1.0, ratio))]
         return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
 
     records = [
@@ -374,7 +368,7 @@ def test_bucket_length_ratio_minus_sinusoidal_is_paired_and_holm_adjusted():
     ]
     records += [record("short", "t5", 1, 0.5)]  # one seed: unpaired, no interval, no test
     table = bucket_table(records)
-    diffs = {d["variant"]: d["short_length_ratio"] for d in table["differences"]}
+    diffs = {d.variant: d.short_length_ratio for d in table.differences}
     rope = diffs["rope"]
     assert rope["seeds"] == [1, 2] and rope["difference"] == pytest.approx(-0.11)
     assert rope["low"] < -0.11 < rope["high"] and rope["family_size"] == 2
@@ -390,10 +384,7 @@ def test_a_loss_that_is_all_brevity_penalty_is_no_loss_without_it():
     brevity penalty: with each side's BP divided out the two keep the same share."""
 
     def record(condition, variant, seed, bleu, bp):
-        rows = [
-            {"bucket": "11-15", "low": 11, "high": 15, "beyond": True, "n": 9, "bleu": bleu}
-            | {"length_ratio": bp, "bp": bp}
-        ]
+        rows = [bucket_row(11, bleu, n=9, length_ratio=bp, bp=bp)]
         return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
 
     short = {"sinusoidal": (20.0, (0.80, 0.82)), "rope": (16.0, (0.64, 0.656))}
@@ -409,26 +400,24 @@ def test_a_loss_that_is_all_brevity_penalty_is_no_loss_without_it():
         for condition in ("short", "all")
     ]
     table = bucket_table(records)
-    (diff,) = table["differences"]
-    assert diff["ratio"]["difference"] == pytest.approx(-0.1)
-    assert diff["ratio_without_bp"]["difference"] == pytest.approx(0.0, abs=1e-4)
-    rope = next(r for r in table["rows"] if r["variant"] == "rope")
-    assert rope["ratio_without_bp"]["mean"] == pytest.approx(
-        (0.4 / 0.64 + 0.4 / 0.656) / 2, abs=1e-4
-    )
+    (diff,) = table.differences
+    assert diff.ratio["difference"] == pytest.approx(-0.1)
+    assert diff.ratio_without_bp["difference"] == pytest.approx(0.0, abs=1e-4)
+    rope = next(r for r in table.rows if r.variant == "rope")
+    assert rope.ratio_without_bp.mean == pytest.approx((0.4 / 0.64 + 0.4 / 0.656) / 2, abs=1e-4)
     text = bucket_markdown(table)
     assert "| Δ ratio without BP |" in text and "| ratio without BP |" in text
-    assert f"| {signed_cell(diff['ratio_without_bp'], 3)} |" in text
+    assert f"| {signed_cell(diff.ratio_without_bp, 3)} |" in text
     fig = bucket_ratio_figure(table)
     try:  # the third panel draws the share without BP
         (line,) = [x for x in fig.axes[2].get_lines() if x.get_label().startswith("rope")]
-        assert list(line.get_ydata()) == pytest.approx([rope["ratio_without_bp"]["mean"]])
+        assert list(line.get_ydata()) == pytest.approx([rope.ratio_without_bp.mean])
         assert fig.axes[0].get_legend() is not None
     finally:
         pyplot().close(fig)
-    for row in table["rows"]:  # no seed has a kept share: the legend moves to the third panel
-        row["ratio_by_seed"] = row["over_in_range_by_seed"] = {}
-    fig = bucket_ratio_figure(table)
+    # no seed has a kept share: the legend moves to the third panel
+    rows = [replace(row, ratio_by_seed={}, over_in_range_by_seed={}) for row in table.rows]
+    fig = bucket_ratio_figure(replace(table, rows=rows))
     try:
         assert [ax.get_legend() is not None for ax in fig.axes] == [False, False, True]
     finally:
@@ -449,11 +438,7 @@ def short_and_control(
     lows): the control scores control everywhere, the short run its BLEU beyond L."""
 
     def record(condition, variant, seed, bleu):
-        rows = [
-            {"bucket": f"{low}-{low + 4}", "low": low, "high": low + 4, "beyond": low > 10}
-            | {"n": 9, "bleu": bleu if low > 10 else control}
-            for low in lows
-        ]
+        rows = [bucket_row(low, bleu if low > 10 else control, n=9) for low in lows]
         return record_of(condition, variant, seed, by_bucket=rows, max_words=10)
 
     return [
@@ -474,7 +459,7 @@ def test_bucket_ratio_equivalence_is_tost_at_the_ratio_margin_holm_per_bucket():
         "far": (14.0, 17.0, 13.0),
     }
     table = bucket_table(short_and_control(short, control=40.0))
-    tests = {d["variant"]: d["equivalence"] for d in table["differences"]}
+    tests = {d.variant: d.equivalence for d in table.differences}
     for variant in ("close", "far"):
         diffs = [(o - b) / 40 for o, b in zip(short[variant], short["sinusoidal"], strict=True)]
         assert tests[variant]["p"] == pytest.approx(tost_p(diffs, RATIO_EQUIVALENCE_MARGIN))
@@ -504,11 +489,7 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
     }
 
     def record(condition, variant, seed, bleu):
-        concat = [
-            {"split": POOLED, "k": 1, "bleu": bleu, "chrf": 50.0, "bp": 1.0}
-            | {"length_ratio": 1.0, "unigram_precision": 50.0, "lines": 100, "left_out": 0}
-        ]
-        return record_of(condition, variant, seed, concat=concat)
+        return record_of(condition, variant, seed, concat=[concat_row(1, bleu, chrf=50.0)])
 
     records = [
         record(condition, variant, seed, bleu)
@@ -517,9 +498,7 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
     ]
     records.append(record("all", "t5", 1, 31.0))
     table = concat_table(records)
-    tests = {
-        d["variant"]: d["equivalence"] for d in table["differences"] if d["condition"] == "all"
-    }
+    tests = {d.variant: d.equivalence for d in table.differences if d.condition == "all"}
     for variant in ("rope", "alibi"):
         diffs = [
             o - b for o, b in zip(bleus["all", variant], bleus["all", "sinusoidal"], strict=True)
@@ -529,9 +508,9 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
     assert tests["rope"]["p_holm"] == pytest.approx(2 * tests["rope"]["p"])  # the smaller p
     assert tests["rope"]["p_holm"] < 0.05
     assert tests["alibi"]["p_holm"] > 0.05
-    (remedy,) = table["joined_minus_all"]
+    (remedy,) = table.joined_minus_all
     diffs = [o - b for o, b in zip(bleus["joined", "rope"], bleus["all", "rope"], strict=True)]
-    assert remedy["equivalence"]["p"] == pytest.approx(tost_p(diffs, 1.0))
+    assert remedy.equivalence["p"] == pytest.approx(tost_p(diffs, 1.0))
     text = concat_markdown(table)
     # minus sinusoidal (no learned runs: no second baseline), and joined minus all
     assert text.count("Δ BLEU within ±1: TOST p (Holm), smallest margin") == 2

@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from studies.grid import launch_grid, train_tuned
 from studies.plan import StudyError
 from studies.tuning import (
     GridRun,
+    MissingRun,
     PlateauRun,
     Protocol,
     TuningError,
@@ -90,34 +92,34 @@ def test_the_committed_stores_choose_the_lowest_mean_and_step_past_an_edge(tmp_p
     result = tune([STORE, STORE_05], protocol, tmp_path / "out", echo=lambda _: None)
     edges = set()
     for variant in ("sinusoidal", "t5"):
-        row = result["variants"][variant]
+        row = result.variants[variant]
         means = {
             rate: mean_ppl(*(store / "all" / variant / f"seed-{s}" for s in (1, 2)))
             for rate, store in ((0.5, STORE_05), (1.0, STORE))
         }
         best = min(means, key=means.get)
-        assert row["chosen_lr_scale"] == best
-        for point in row["rates"]:  # seeds 3-5 of the store are not the grid's
-            assert point["n"] == 2 and point["mean"] == pytest.approx(means[point["lr_scale"]])
-            store = STORE if point["lr_scale"] == 1.0 else STORE_05
-            assert point["dev_ppl_by_seed"] == {
+        assert row.chosen_lr_scale == best
+        for point in row.rates:  # seeds 3-5 of the store are not the grid's
+            assert point.n == 2 and point.mean == pytest.approx(means[point.lr_scale])
+            store = STORE if point.lr_scale == 1.0 else STORE_05
+            assert point.dev_ppl_by_seed == {
                 str(s): dev_ppl(store / "all" / variant / f"seed-{s}") for s in (1, 2)
             }
         edge = "low" if best == 0.5 else "high"
         beyond = 0.25 if best == 0.5 else 2.0
-        assert (row["at_edge"], row["next_rate"], row["complete"]) == (edge, beyond, False)
+        assert (row.at_edge, row.next_rate, row.complete) == (edge, beyond, False)
         edges.add(edge)
-        command = next(c for c in result["commands"] if f"optim.lr_scale={beyond!r}" in c)
+        command = next(c for c in result.commands if f"optim.lr_scale={beyond!r}" in c)
         assert f"--variants {variant}" in command and "--seeds 1 2" in command
         assert (
             f"--records results/archive/pe_study_lr{f'{beyond:g}'.replace('.', '')}/runs" in command
         )
-        assert {
-            (m["variant"], m["lr_scale"]) for m in result["missing"] if m["variant"] == variant
-        } == {(variant, beyond)}
+        assert {(m.variant, m.lr_scale) for m in result.missing if m.variant == variant} == {
+            (variant, beyond)
+        }
     assert edges == {"low", "high"}  # these records exercise both edges
     saved = json.loads((tmp_path / "out" / "tuning.json").read_text())
-    assert saved["variants"] == result["variants"]
+    assert saved["variants"] == asdict(result)["variants"]
     assert (tmp_path / "out" / "dev_ppl_vs_lr.png").stat().st_size > 0
     assert "chosen so far" in (tmp_path / "out" / "tuning.md").read_text()  # edges to go
 
@@ -134,13 +136,13 @@ def test_a_full_grid_of_records_with_a_diverged_run(tmp_path, caplog):
     result = tune(
         sorted(store.iterdir()), Protocol(variants=("sinusoidal",)), tmp_path / "out", print
     )
-    row = result["variants"]["sinusoidal"]
-    assert len(row["rates"]) == 4
-    means = {p["lr_scale"]: p["mean"] for p in row["rates"]}
-    assert means[2.0] is None and row["rates"][-1]["diverged_seeds"] == [2]
+    row = result.variants["sinusoidal"]
+    assert len(row.rates) == 4
+    means = {p.lr_scale: p.mean for p in row.rates}
+    assert means[2.0] is None and row.rates[-1].diverged_seeds == [2]
     assert means[1.0] == pytest.approx(11.35) and means[0.5] == pytest.approx(11.25)
-    assert row["chosen_lr_scale"] == 0.5  # the lowest mean, not the lowest seed (10.9, 9.0)
-    assert (row["at_edge"], row["complete"], result["missing"]) == (None, True, [])
+    assert row.chosen_lr_scale == 0.5  # the lowest mean, not the lowest seed (10.9, 9.0)
+    assert (row.at_edge, row.complete, result.missing) == (None, True, [])
     markdown = (tmp_path / "out" / "tuning.md").read_text()
     assert "inf (diverged)" in markdown and "| sinusoidal | 0.5 |" in markdown
     assert markdown.count("**chosen**") == 1 and "chosen so far" not in markdown
@@ -167,7 +169,7 @@ def test_a_tuning_json_reads_back_typed_and_gives_only_a_final_rate(tmp_path):
         read_tuned_rates(tmp_path / "edge" / "tuning.json").final_rate("sinusoidal")
     (tmp_path / "foreign.json").write_text(json.dumps({"variants": {}}))
     with pytest.raises(
-        TuningError, match=r"foreign.json is not a tuning.json .*malformed: 'missing'"
+        TuningError, match=r"foreign.json is not a tuning.json .*malformed: 'criterion'"
     ):
         read_tuned_rates(tmp_path / "foreign.json")
     with pytest.raises(TuningError, match=r"nowhere.json: no such file"):
@@ -193,9 +195,9 @@ def test_a_check_at_the_final_budget_overrides_the_grids_choice(tmp_path):
     stores = full_grid(tmp_path / "final", final, steps=8000)
     check = Protocol(rates=(0.5, 1.0), overrides=("trainer.max_steps=8000",))
     result = tune(stores, check, tmp_path / "t8000", echo=print)
-    row = result["variants"]["sinusoidal"]
-    assert [p["lr_scale"] for p in row["rates"]] == [0.25, 0.5, 1.0, 2.0]
-    assert (row["chosen_lr_scale"], row["complete"], result["missing"]) == (1.0, True, [])
+    row = result.variants["sinusoidal"]
+    assert [p.lr_scale for p in row.rates] == [0.25, 0.5, 1.0, 2.0]
+    assert (row.chosen_lr_scale, row.complete, result.missing) == (1.0, True, [])
     files = [tmp_path / "t2000" / "tuning.json", tmp_path / "t8000" / "tuning.json"]
     assert read_tuned_rates(files[0]).final_rate("sinusoidal") == 0.5
     for order in (files, files[::-1]):
@@ -205,9 +207,9 @@ def test_a_check_at_the_final_budget_overrides_the_grids_choice(tmp_path):
         assert tuned.overrides == ("trainer.max_steps=8000",)  # the longest budget's grid
     (tmp_path / "final" / "lr2.0" / "all" / "sinusoidal" / "seed-2" / "metrics.json").unlink()
     shifted = tune(stores, check, None, echo=print)  # x1 wins with x2 not full: not final
-    assert not shifted["variants"]["sinusoidal"]["complete"]
-    assert shifted["missing"] == [{"variant": "sinusoidal", "lr_scale": 2.0, "seed": 2}]
-    (command,) = shifted["commands"]  # not the short grid's run root: another budget
+    assert not shifted.variants["sinusoidal"].complete
+    assert shifted.missing == [MissingRun("sinusoidal", 2.0, 2)]
+    (command,) = shifted.commands  # not the short grid's run root: another budget
     assert "--root outputs/study_lr2_8000steps --records " in command
     assert command.endswith("-- optim.lr_scale=2.0 trainer.max_steps=8000")
     with pytest.raises(TuningError, match=r"both tuned sinusoidal at 2000 steps: pass one"):
@@ -312,11 +314,11 @@ def test_a_users_own_experiment_plans_trains_launches_and_tunes(tmp_path, capsys
     assert "seed=1,2" in launched[0] and launched[0].endswith("optim.lr_scale=0.25")
     assert "seed=2 " in launched[1] and launched[1].endswith("optim.lr_scale=1.0")
     means = {rate: mean_ppl(*dirs) for rate, dirs in runs.items()}
-    row = result["variants"]["sinusoidal"]
-    assert row["chosen_lr_scale"] == min(means, key=means.get)
-    assert [p["lr_scale"] for p in row["rates"]] == [0.25, 0.5, 1.0]
+    row = result.variants["sinusoidal"]
+    assert row.chosen_lr_scale == min(means, key=means.get)
+    assert [p.lr_scale for p in row.rates] == [0.25, 0.5, 1.0]
     written = json.loads((tmp_path / "out" / "tuning.json").read_text())
-    assert written["variants"]["sinusoidal"] == row
+    assert written["variants"]["sinusoidal"] == asdict(row)
     out = plateau(runs[1.0], tmp_path / "plateau", 0.02, echo=lambda _: None)
     assert [r["curve"][-1][0] for r in out["runs"]] == [20, 20]
     assert all(len(r["curve"]) == 2 for r in out["runs"])

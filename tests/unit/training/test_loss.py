@@ -48,7 +48,7 @@ def test_forward_backward_scales_the_gradient_and_returns_the_sums():
         "tgt_in": torch.randint(1, 11, (2, 5)),
         "tgt_out": torch.tensor([[3, 4, 5, 0, 0], [6, 7, 8, 9, 2]]),
     }
-    loss, nll = forward_backward(Decoder(), batch, 0.1, 0.25, bf16=False)
+    loss, nll = forward_backward(Decoder(), batch, 0.1, 0.25, precision="fp32")
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     expected_loss, expected_nll = label_smoothed_loss(model(batch["tgt_in"]), batch["tgt_out"], 0.1)
