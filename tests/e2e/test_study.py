@@ -129,9 +129,9 @@ def check_concatenation(record: StudyRecord, run_dir) -> None:
         ratio = pooled.hyp_len / pooled.ref_len
         assert pooled.length_ratio == pytest.approx(ratio, abs=1e-4)
         bp = 0.0 if ratio == 0 else 1.0 if ratio > 1 else math.exp(1 - 1 / ratio)
-        assert pooled["bp"] == pytest.approx(bp, abs=1e-4)
-    assert sum(b["n"] for b in record.by_bucket) == 2 * N_EVAL
-    assert any(b["beyond"] for b in record.by_bucket) and record.by_bucket[0]["low"] == 1
+        assert pooled.bp == pytest.approx(bp, abs=1e-4)
+    assert sum(b.n for b in record.by_bucket) == 2 * N_EVAL
+    assert any(b.beyond for b in record.by_bucket) and record.by_bucket[0].low == 1
     check_buckets(record, run_dir, sets)
 
 
@@ -143,11 +143,11 @@ def check_buckets(record: StudyRecord, run_dir, sets) -> None:
         refs += (sets / f"{split}-k1.de").read_text(encoding="utf-8").splitlines()
         hyps += (run_dir / "eval" / f"concat-{split}-k1.hyp").read_text().splitlines()
     for bucket in record.by_bucket:
-        lines = [i for i, s in enumerate(srcs) if bucket["low"] <= len(s.split()) <= bucket["high"]]
+        lines = [i for i, s in enumerate(srcs) if bucket.low <= len(s.split()) <= bucket.high]
         bleu = sacrebleu.corpus_bleu([hyps[i] for i in lines], [[refs[i] for i in lines]])
-        assert bucket["n"] == len(lines) and bucket["bleu"] == round(bleu.score, 2)
-        assert bucket["bp"] == round(bleu.bp, 4)
-        assert bucket["length_ratio"] == round(bleu.sys_len / bleu.ref_len, 4)
+        assert bucket.n == len(lines) and bucket.bleu == round(bleu.score, 2)
+        assert bucket.bp == round(bleu.bp, 4)
+        assert bucket.length_ratio == round(bleu.sys_len / bleu.ref_len, 4)
 
 
 def test_concatenation_numbers(study):

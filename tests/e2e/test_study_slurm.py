@@ -51,13 +51,13 @@ def test_a_users_grid_launches_through_sbatch_in_one_command(slurm, tmp_path, ca
     )
     scripts = list((grid / "lr05" / "quickstart" / ".submitit").glob("*/*_submission.sh"))
     assert len(scripts) == 1 and "#SBATCH --array=0-1%2" in scripts[0].read_text()
-    point = result["variants"]["sinusoidal"]["rates"]
-    assert [(p["lr_scale"], p["n"]) for p in point] == [(0.5, 2)]
+    point = result.variants["sinusoidal"].rates
+    assert [(p.lr_scale, p.n) for p in point] == [(0.5, 2)]
     runs = [grid / "lr05" / "quickstart" / "sinusoidal" / f"seed-{s}" for s in (1, 2)]
     assert all((run / "metrics.json").is_file() for run in runs)
-    assert not any(o.startswith("hydra.") for o in result["overrides"])
+    assert not any(o.startswith("hydra.") for o in result.overrides)
     # one round: ×0.5 is an edge, so ×0.25 is still missing and the choice is not final
-    assert [m["lr_scale"] for m in result["missing"]] == [0.25, 0.25]
+    assert [m.lr_scale for m in result.missing] == [0.25, 0.25]
 
 
 @pytest.mark.slow
