@@ -186,9 +186,11 @@ def read_run(
         raise CompareError(
             f"{run.metrics_file} lacks {', '.join(missing)}: was it written by train.py?"
         )
-    if score:
+    if score:  # another run's evaluation under this name is refused, never replaced
         eval_name = eval_name or TABLE3_EVAL
         scored = run.evaluation(eval_name)
+        if scored is not None:
+            check_scored_this_run(run_dir, run.evaluation_file(eval_name), metrics, scored)
         if scored is None or not run.is_current(scored, metrics["steps"]):
             score_run(run_dir, eval_name)
     path = eval_path(run_dir, eval_name)

@@ -7,8 +7,6 @@ scoring"): `bleu` is detokenized sacreBLEU with its signature (today's practice)
 the paper's: Moses-tokenized, hyphenated compounds split as `A ##AT##-##AT## B`, BLEU on tokens.
 """
 
-import hashlib
-import json
 import logging
 import math
 import re
@@ -23,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from common.configs import CONFIG_DIR
 from common.errors import DataError, UserError
-from common.files import write_failure, write_texts
 from common.progress import progress_bar, shows_progress
 from data.corpus import decode_lines, load_split, read_lines
 from data.tokenizer import EOS_ID
@@ -34,7 +31,7 @@ from evaluation.translate import fitting_lines, nbest_lines, translate, translat
 from interop.ctranslate2_engine import ctranslate2_translator, translate_ctranslate2
 from model.position import PositionRangeError
 from runs.device import resolve_device, resolve_precision
-from runs.run import checkpoint_record, load_run, rebuild_model
+from runs.run import Run, checkpoint_record, lines_sha256, load_run, rebuild_model
 from runs.settings import check_finite
 
 ENGINES = ("ours", "ctranslate2")
@@ -307,7 +304,8 @@ def evaluate(cfg: DictConfig) -> dict:
     precision = resolve_precision(cfg.precision, device)
     hyps, found = translate_with(cfg, model, tokenizer, srcs, device, precision)
     nbest = nbest_lines(found, cfg.nbest, kept) if found is not None else None  # ids: line - 1
-    hyp_path = run_dir / "eval" / f"{name}.hyp"
+    run = Run(run_dir)
+    hyp_path = run.hypotheses_file(name)
     scores = {
         "name": name,
         "checkpoint": tag,
@@ -317,7 +315,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "hypotheses_sha256": lines_sha256(hyps),  # compare reads the .hyp back, checked
-        **({"nbest_hypotheses": str(hyp_path.with_suffix(".nbest"))} if nbest else {}),
+        **({"nbest_hypotheses": str(run.nbest_file(name))} if nbest else {}),
         "skipped": skipped,
         "skipped_indices": skipped_indices,
     }
@@ -325,7 +323,7 @@ def evaluate(cfg: DictConfig) -> dict:
         tgt_lang = state["config"]["data"]["tgt_lang"]
         scores.update(reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang, cfg, device))
     check_scores(scores, run_dir, tag, where)
-    write_evaluation(hyp_path, hyps, scores, nbest)
+    run.write_evaluation(name, hyps, scores, nbest)
     return scores
 
 
@@ -342,28 +340,6 @@ def check_scores(scores: dict, run_dir: Path, tag: str, where: str) -> None:
             "give no finite score (damaged or diverged), nothing written; evaluate another "
             "checkpoint (checkpoint=best, step_<n>.pt, ...)"
         )
-
-
-def write_evaluation(
-    hyp_path: Path, hyps: list[str], scores: dict, nbest: str | None = None
-) -> None:
-    """The hypotheses, the scores' JSON and the n-best (.nbest, fairseq's H- lines) if given
-    beside them, all or none (disk full: one line)."""
-    json_path = hyp_path.with_suffix(".json")
-    texts = {
-        hyp_path: "".join(h + "\n" for h in hyps),
-        json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
-    }
-    if nbest is not None:
-        texts[hyp_path.with_suffix(".nbest")] = nbest
-    try:
-        write_texts(texts)
-    except OSError as e:
-        what = f"{json_path} and its .hyp (nothing was written)"
-        error = write_failure(e, what, "evaluate again (or pass run_dir= a copy on another disk)")
-        if error is None:
-            raise
-        raise error from e
 
 
 def search_record(cfg: DictConfig, precision: str, position_override: dict) -> dict:
@@ -386,12 +362,6 @@ def search_record(cfg: DictConfig, precision: str, position_override: dict) -> d
             else {}
         ),
     }
-
-
-def lines_sha256(lines: list[str]) -> str:
-    """sha256 of lines as one text, a newline after each: the same lines give the same hash
-    whatever file or split they came from."""
-    return hashlib.sha256("".join(line + "\n" for line in lines).encode("utf-8")).hexdigest()
 
 
 def reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang: str, cfg, device) -> dict:

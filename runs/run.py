@@ -258,17 +258,26 @@ class Run:
             )
         return lines
 
-    def write_evaluation(self, name: str, hyps: list[str], scores: dict) -> None:
-        """eval/<name>.hyp (a line each) and eval/<name>.json, both or neither (disk full: one
-        line)."""
+    def nbest_file(self, name: str) -> Path:
+        """eval/<name>.nbest: the N best of each line (fairseq's H- lines), where asked for."""
+        return self.evaluations_dir / f"{name}.nbest"
+
+    def write_evaluation(
+        self, name: str, hyps: list[str], scores: dict, nbest: str | None = None
+    ) -> None:
+        """eval/<name>.hyp (a line each), eval/<name>.json and, if given, eval/<name>.nbest: all
+        or none (disk full: one line)."""
         json_path = self.evaluation_file(name)
+        texts = {
+            self.hypotheses_file(name): "".join(f"{h}\n" for h in hyps),
+            json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
+        }
+        if nbest is not None:
+            texts[self.nbest_file(name)] = nbest
         try:
-            write_texts(
-                {
-                    self.hypotheses_file(name): "".join(f"{h}\n" for h in hyps),
-                    json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
-                }
-            )
+            write_texts(texts)
+            if nbest is None:  # an earlier evaluation's n-best is not this one's
+                self.nbest_file(name).unlink(missing_ok=True)
         except OSError as e:
             what = f"{json_path} and its .hyp (nothing was written)"
             error = write_failure(

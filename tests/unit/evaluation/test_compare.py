@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from data.corpus import multi30k_text_files
-from evaluation.evaluate import lines_sha256
+from runs.run import lines_sha256
 from tests.conftest import CONFIG_DIR, compose_config, script_main
 
 main = script_main("compare")

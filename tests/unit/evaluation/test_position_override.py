@@ -99,7 +99,7 @@ def test_a_default_name_other_settings_would_write_is_refused(rope_run, override
 
 
 def test_an_evaluation_keeps_the_hashes_of_the_lines_it_scored(rope_run):
-    from evaluation.evaluate import lines_sha256
+    from runs.run import lines_sha256
 
     result = scores(rope_run, "name=hashed")
     assert result["references_sha256"] == lines_sha256(LINES) == result["sources_sha256"]
