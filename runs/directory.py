@@ -29,11 +29,12 @@ from omegaconf import DictConfig
 
 from common.errors import UserError
 from runs.record import SEGMENTS_FILE, read_segments
+from runs.run import DATA_FILE, EVALUATIONS, METRICS_FILE, TENSORBOARD
 
 LOCK_FILE = ".lock"
 # What an earlier run leaves in its directory besides checkpoints, and what start_over deletes.
-RECORD_FILES = ("metrics.json", "segments.json", "data.json")
-RECORD_FOLDERS = ("eval", "tensorboard", ".hydra")
+EARLIER_FILES = (METRICS_FILE, SEGMENTS_FILE, DATA_FILE)
+EARLIER_FOLDERS = (EVALUATIONS, TENSORBOARD, ".hydra")
 
 log = logging.getLogger(__name__)
 
@@ -268,11 +269,11 @@ def earlier_records(run_dir: str | Path) -> list[str]:
 
 
 def discard_records(run_dir: str | Path, log_files: list[Path]) -> None:
-    """Delete an earlier run's records (RECORD_FILES, RECORD_FOLDERS and log_files) in run_dir."""
+    """Delete an earlier run's records (EARLIER_FILES, EARLIER_FOLDERS and log_files) in run_dir."""
     run_dir = Path(run_dir)
-    for name in RECORD_FILES:
+    for name in EARLIER_FILES:
         (run_dir / name).unlink(missing_ok=True)
-    for name in RECORD_FOLDERS:
+    for name in EARLIER_FOLDERS:
         shutil.rmtree(run_dir / name, ignore_errors=True)
     for path in log_files:
         if path.parent.resolve() == run_dir.resolve():

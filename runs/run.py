@@ -18,6 +18,7 @@ depends on today's YAML: a model is rebuilt from the resolved config stored in i
 and the tokenizer is the run folder's copy (or the file the checkpoint names), checked by sha256.
 """
 
+import functools
 import hashlib
 import json
 import shutil
@@ -186,10 +187,6 @@ class Run:
         """One training setting (dotted key) of the stored config; None where it has none."""
         return OmegaConf.select(self.config(), key) if self.has_config() else None
 
-    def stored_config_text(self) -> str:
-        """The config file as written (for a record that keeps it)."""
-        return self.config_file.read_text(encoding="utf-8")
-
     def data_summary(self) -> dict:
         """data.json ({} where the run kept none)."""
         return read_json(self.data_file) if self.data_file.is_file() else {}
@@ -216,9 +213,6 @@ class Run:
         write_text(self.config_file, OmegaConf.to_yaml(cfg, resolve=True))
 
     # -- evaluations
-    def has_evaluation(self, name: str) -> bool:
-        return self.evaluation_file(name).is_file()
-
     def evaluation(self, name: str) -> dict | None:
         """eval/<name>.json, or None where the run has no such evaluation."""
         path = self.evaluation_file(name)
@@ -295,7 +289,7 @@ class Run:
         name, recorded = scores.get("checkpoint_file"), scores.get("checkpoint_sha256")
         path = self.checkpoints / Path(str(name)).name
         if name and recorded and path.is_file():
-            return file_sha256(path) == recorded
+            return checkpoint_sha256(path) == recorded
         if last_step is None and self.is_finished():
             last_step = read_json(self.metrics_file).get("steps")
         step = scores.get("step")
@@ -388,6 +382,18 @@ class Run:
             return str(variant)
         position = str(metrics["position"])
         return names.get(position, position.removesuffix("PositionEncoding").lower())
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    return file_sha256(path)
+
+
+def checkpoint_sha256(path: Path) -> str:
+    """file_sha256 of a checkpoint, hashed once while its size and mtime stay as they are (a
+    comparison asks of each run's checkpoint more than once; a base model's is 700 MB)."""
+    stat = path.stat()
+    return _sha256_of(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def run_id(config: dict, data_summary: dict) -> str:
