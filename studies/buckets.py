@@ -28,12 +28,15 @@ from studies.cells import (
 )
 from studies.plan import BUCKET_WIDTH
 from studies.records import StudyRecord
+from studies.reported import Pair
 
 # per bucket beside BLEU: what tells a shorter output (the end-of-sentence prior) from a worse one
 LENGTH_KEYS = ("length_ratio", "bp")
 # each variant minus the baseline per bucket: kept BLEU, kept BLEU over in-range, kept BLEU with
 # the brevity penalty divided out, short length ratio
 DIFFERENCE_KEYS = ("ratio", "over_in_range", "ratio_without_bp", "short_length_ratio")
+# a row's fields of the short condition's runs and of its control's (short_bp, control_bp, ...)
+FIELD_PREFIXES = ("short_", "control_")
 EQUIVALENCE_NOTE = (
     f"TOST: two one-sided paired t-tests of -{RATIO_EQUIVALENCE_MARGIN:g} < Δ ratio < "
     f"+{RATIO_EQUIVALENCE_MARGIN:g} (±1 BLEU where the control scores 33), "
@@ -118,14 +121,14 @@ class BucketTable:
 
 
 def bucket_cells(
-    records: list[StudyRecord], score: str = "bleu"
+    records: list[StudyRecord], conditions: Pair, score: str = "bleu"
 ) -> tuple[dict[tuple, dict[int, float | None]], dict[str, BucketSize]]:
-    """A score by (variant, bucket, condition) and seed of the short and all runs (None where a
-    record lacks it); bucket sizes."""
+    """A score by (variant, bucket, condition) and seed of the runs of conditions (the short
+    condition and its control; None where a record lacks it); bucket sizes."""
     cells: dict[tuple, dict[int, float | None]] = {}
     sizes: dict[str, BucketSize] = {}
     for record in records:
-        if record.condition not in ("short", "all"):
+        if record.condition not in conditions:
             continue
         for b in record.by_bucket:
             key = (record.variant, b.bucket, record.condition)
@@ -134,23 +137,25 @@ def bucket_cells(
     return cells, sizes
 
 
-def add_lengths(rows: list[BucketRatio], records: list[StudyRecord]) -> list[BucketRatio]:
+def add_lengths(
+    rows: list[BucketRatio], records: list[StudyRecord], conditions: Pair
+) -> list[BucketRatio]:
     """Each row with the short and control runs' length ratio and brevity penalty over seeds
     (LENGTH_KEYS), and the ratio without the brevity penalty."""
     for score in LENGTH_KEYS:
-        cells, _ = bucket_cells(records, score)
-        rows = [replace(row, **length_fields(row, cells, score)) for row in rows]
+        cells, _ = bucket_cells(records, conditions, score)
+        rows = [replace(row, **length_fields(row, cells, score, conditions)) for row in rows]
     return [with_ratio_without_bp(row) for row in rows]
 
 
-def length_fields(row: BucketRatio, cells: dict[tuple, dict], score: str) -> dict:
+def length_fields(row: BucketRatio, cells: dict[tuple, dict], score: str, conditions: Pair) -> dict:
     """A row's short_<score>, control_<score> (over seeds) and each one's _by_seed values."""
     fields = {}
-    for condition, name in (("short", "short"), ("all", "control")):
+    for condition, side in zip(conditions, FIELD_PREFIXES, strict=True):
         values = cells.get((row.variant, row.bucket, condition), {})
         kept = {str(seed): v for seed, v in values.items() if v is not None}
-        fields[f"{name}_{score}"] = interval(list(kept.values()))
-        fields[f"{name}_{score}_by_seed"] = kept
+        fields[f"{side}{score}"] = interval(list(kept.values()))
+        fields[f"{side}{score}_by_seed"] = kept
     return fields
 
 
@@ -244,8 +249,9 @@ def bucket_differences(rows: list[BucketRatio], baseline: str) -> list[BucketDif
     return differences
 
 
-def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> BucketTable:
-    """The short condition against its control (all lengths), bucket by bucket, with counts.
+def bucket_table(records: list[StudyRecord], conditions: Pair, baseline: str) -> BucketTable:
+    """The short condition against its control (all lengths), bucket by bucket, with counts;
+    conditions: (the short condition, its control), from the study's config.
 
     Per variant and bucket: BLEU mean over seeds in each condition, their ratio (short /
     control), the ratio per seed both ran, and the number of sentences in the bucket; the
@@ -254,22 +260,23 @@ def bucket_table(records: list[StudyRecord], baseline: str = "sinusoidal") -> Bu
     is not read as extrapolation; "differences" holds every variant minus the baseline per
     bucket, by seed, in both.
     """
-    cells, sizes = bucket_cells(records)
-    variants = sorted({key[0] for key in cells if key[2] == "short"})
+    short, control = conditions
+    cells, sizes = bucket_cells(records, conditions)
+    variants = sorted({key[0] for key in cells if key[2] == short})
     # every run is bucketed at the short condition's L, so the control's records know it too
-    max_words = next((r.max_words for r in records if r.condition in ("short", "all")), None)
+    max_words = next((r.max_words for r in records if r.condition in conditions), None)
     rows = [
         bucket_row(
             variant,
             size,
-            cells.get((variant, name, "short"), {}),
-            cells.get((variant, name, "all"), {}),
+            cells.get((variant, name, short), {}),
+            cells.get((variant, name, control), {}),
         )
         for variant in variants
         for name, size in sorted(sizes.items(), key=lambda item: item[1].low)
     ]
     in_range = max((s for s in sizes.values() if not s.beyond), key=lambda s: s.low, default=None)
-    rows = add_lengths(add_over_in_range(rows, in_range), records)
+    rows = add_lengths(add_over_in_range(rows, in_range), records, conditions)
     return BucketTable(
         max_words=max_words,
         bucket_width=BUCKET_WIDTH,

@@ -27,8 +27,9 @@ from studies.cells import (
     seeds_cell,
     signed_cell,
 )
-from studies.plan import CONCAT_SPLITS, KS, POOLED, ROW_E, SEARCH
+from studies.plan import CONCAT_SPLITS, KS, POOLED, SEARCH
 from studies.records import StudyRecord
+from studies.reported import Pair
 
 CONCAT_KEYS = ("bleu", "chrf", "bp", "length_ratio", "unigram_precision", "lines", "left_out")
 CONCAT_DIFFERENCES = ("bleu", "length_ratio", "bleu_ratio_to_k1")
@@ -152,10 +153,11 @@ def ratio_to_control(control: list[ConcatRun], group: list[ConcatRun]) -> Interv
 
 
 def concat_comparisons(
-    groups: dict[tuple, list[ConcatRun]], baselines: Sequence[str]
+    groups: dict[tuple, list[ConcatRun]], baselines: Sequence[str], joined: Pair | None
 ) -> tuple[list[ConcatDifference], list[Remedy]]:
     """Every variant minus each baseline per condition and k, a pair of baselines once, and
-    each variant's joined runs minus its all-lengths control per k; Holm within each family."""
+    each variant's joined runs minus its all-lengths control per k (joined: those two
+    conditions); Holm within each family."""
     differences, remedy = [], []
     for number, baseline in enumerate(baselines):
         for (condition, variant, k), group in sorted(groups.items()):
@@ -167,8 +169,8 @@ def concat_comparisons(
                     )
                 )
     for (condition, variant, k), group in sorted(groups.items()):
-        control = groups.get(("all", variant, k))
-        if condition == "joined" and control:
+        control = groups.get((joined[1], variant, k)) if joined else None
+        if joined and condition == joined[0] and control:
             remedy.append(
                 Remedy(
                     variant,
@@ -199,8 +201,11 @@ def pooled_runs(records: list[StudyRecord]) -> list[ConcatRun]:
     return runs
 
 
-def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -> ConcatTable:
-    """concat.json: per condition, variant, k and seed the concatenation scores, and summaries.
+def concat_table(
+    records: list[StudyRecord], baselines: Sequence[str], joined: Pair | None
+) -> ConcatTable:
+    """concat.json: per condition, variant, k and seed the concatenation scores, and summaries;
+    baselines and joined (the joined condition, its control) from the study's config.
 
     Scores are on test + validation pooled (per split in each run's study.json). BLEU(k)/BLEU(1)
     is taken per seed, then summarized; "differences" holds every variant minus each baseline
@@ -224,7 +229,7 @@ def concat_table(records: list[StudyRecord], baselines: Sequence[str] = ROW_E) -
                 },
             )
         )  # fmt: skip
-    differences, remedy = concat_comparisons(groups, baselines)
+    differences, remedy = concat_comparisons(groups, baselines, joined)
     return ConcatTable(
         splits=list(CONCAT_SPLITS),
         ks=list(KS),
@@ -356,9 +361,10 @@ def survivor_lines(table: ConcatTable) -> list[str]:
     return lines
 
 
-def plot_bleu_vs_k(table: ConcatTable, path: Path) -> None:
-    """BLEU against k per variant, the band spanning the seeds; one panel per condition."""
-    conditions = [c for c in ("all", "joined") if any(r.condition == c for r in table.runs)]
+def plot_bleu_vs_k(table: ConcatTable, path: Path, shown: Sequence[str]) -> None:
+    """BLEU against k per variant, the band spanning the seeds; one panel per condition of shown
+    that has runs."""
+    conditions = [c for c in shown if any(r.condition == c for r in table.runs)]
     panels = max(len(conditions), 1)  # one above the other, one column wide
     fig, axes = figure(panels, 1, height_cm=5.5 * panels + 0.5, squeeze=False)
     axes = list(axes[:, 0])

@@ -55,7 +55,7 @@ from studies.store import (
 
 HUB_PATH = "bentrevett/multi30k"  # configs/data/multi30k.yaml's default: no folder
 Stores = tuple[tuple[str, dict], ...]  # (store, what its name says of its runs), oldest first
-# what the old report reads beside a record (studies/plan.py RECORD_FILES): kept in finals
+# what the old report reads beside a record (study.json, the Table 3 evaluation): kept in finals
 REPORT_FILES = (STUDY_FILE,)
 REPORT_FOLDERS = ("eval",)
 PLATEAU_NAME = re.compile(r"(?P<variant>\w+)-lr(?P<lr_scale>[\d.]+)-seed(?P<seed>\d+)")

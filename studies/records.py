@@ -1,10 +1,9 @@
-"""A scored run's record (study.json, typed) and the committed record store that keeps it.
+"""A scored run's record (study.json, typed) and the record store the report reads.
 
 A scored run's record (what the report reads: its config, metrics, data.json, study.json,
 segments.json, the Table 3 evaluation with its translations, train.log and tensorboard events;
-no checkpoints) is kept in ``results/archive/pe_study/runs/<condition>/<variant>/seed-<s>/``: a run
-recorded there is not trained again, and a record whose training config differs from the one the
-study would train now is refused, each setting named, rather than mixed in.
+no checkpoints) lies in ``<store>/<condition>/<variant>[/<settings>]/seed-<s>/``; the retired
+``scripts/study.py run`` kept them (the German study's stores, migrated into its final store).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,18 +22,7 @@ from common.files import read_json, write_json
 from data.corpus import loads_multi30k
 from runs.resume import KEEP_THE_MATH, flatten, setting_differences
 from runs.run import Run
-from studies.plan import (
-    CONDITIONS,
-    POOLED,
-    RECORD_FILES,
-    RECORD_FOLDERS,
-    SEARCH,
-    STUDY_FILE,
-    Job,
-    StudyError,
-    run_dir_of,
-    train_overrides,
-)
+from studies.plan import POOLED, SEARCH, STUDY_FILE, StudyError
 from studies.rows import MissingField, from_json
 
 # where a run's files went: not part of the command that trains it again
@@ -180,18 +167,6 @@ def missing_field(path: Path, key: str) -> StudyError:
     )
 
 
-def field(record: dict, key: str, path: Path):
-    """record[key], or a StudyError naming the file and the missing field."""
-    if key not in record:
-        raise missing_field(path, key)
-    return record[key]
-
-
-def trained_on(run_dir: Path, key: str) -> list[str]:
-    """The machines ("hardware") or code ("code") of a run's segments; "unrecorded" if absent."""
-    return sorted({s.get(key) or "unrecorded" for s in Run(run_dir).segments()})
-
-
 def current_record(run_dir: Path) -> StudyRecord | None:
     """study.json of a finished run scored at its final step with the study's search, else None."""
     metrics = Run(run_dir).finished_metrics()
@@ -202,29 +177,6 @@ def current_record(run_dir: Path) -> StudyRecord | None:
     if record.get("step") != metrics.get("steps") or record.get("search") != SEARCH:
         return None
     return StudyRecord.from_json(record, path)
-
-
-def record_mismatch(job: Job, record_dir: Path, overrides: Sequence[str]) -> list[str]:
-    """'key: recorded -> now' for each training setting of a record that the study would change."""
-    wanted = OmegaConf.to_container(compose_config(train_overrides(job, overrides)), resolve=True)
-    stored = Run(record_dir).resolved_config()
-    refused, _ = setting_differences(stored, wanted)
-    return refused
-
-
-def recorded(job: Job, records: Path, overrides: Sequence[str]) -> StudyRecord | None:
-    """The store's current record of a job (None: not recorded), refused if its config differs."""
-    record_dir = run_dir_of(records, job.condition, job.variant, job.seed)
-    record = current_record(record_dir)
-    if record is None:
-        return None
-    changed = record_mismatch(job, record_dir, overrides)
-    if changed:
-        raise StudyError(
-            f"{record_dir} was trained with other settings than the study's now "
-            f"({'; '.join(changed)}): restore them, or delete that record to train the run again"
-        )
-    return record
 
 
 def override_value(value) -> str:
@@ -257,12 +209,13 @@ def kept_out(key: str, new, both_multi30k: bool) -> bool:
     )
 
 
-def retrain_command(record: StudyRecord) -> str:
-    """`python train.py ...` that trains a recorded run again: its condition's experiment, its
-    position and seed, then each setting of its .hydra/config.yaml these compose to otherwise
-    (kept_out: paths, Multi30k's source, new settings that keep the math)."""
+def retrain_command(record: StudyRecord, experiment: Sequence[str]) -> str:
+    """`python train.py ...` that trains a recorded run again: its condition's experiment (the
+    words that compose it, e.g. experiment=<name>), its position and seed, then each setting of
+    its .hydra/config.yaml these compose to otherwise (kept_out: paths, Multi30k's source, new
+    settings that keep the math)."""
     words = [
-        f"experiment={CONDITIONS[record.condition]}",
+        *experiment,
         f"position={record.variant}",
         f"seed={record.seed}",
     ]
@@ -325,24 +278,13 @@ def position_settings(record: StudyRecord) -> list[str]:
     ]
 
 
-def keep_record(run_dir: Path, record_dir: Path) -> None:
-    """Copy what the report reads of a scored run (RECORD_FILES, RECORD_FOLDERS) to record_dir."""
-    if run_dir.resolve() == record_dir.resolve():
-        return
-    staging = record_dir.with_name(record_dir.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    Run(run_dir).copy_into(staging, RECORD_FILES, RECORD_FOLDERS)
-    shutil.rmtree(record_dir, ignore_errors=True)
-    staging.rename(record_dir)  # a record appears whole or not at all
-
-
-def scored_runs(root: Path) -> tuple[list[StudyRecord], list[str]]:
-    """study.json of every run under root (a study root or the record store) that is scored at
-    its final step with the study's search, run_dir set to where it was read; the others' labels.
-    """
+def scored_runs(root: Path, conditions: Sequence[str]) -> tuple[list[StudyRecord], list[str]]:
+    """study.json of every run under root/<condition> (conditions in name order) that is scored
+    at its final step with the study's search, run_dir set to where it was read; the others'
+    labels."""
     root = Path(root)
     records, unscored = [], []
-    for condition in CONDITIONS:
+    for condition in sorted(conditions):
         # <variant>/seed-<s>, or <variant>/<settings>/seed-<s> (a declared study's final store)
         for run_dir in sorted((root / condition).glob("**/seed-*")):
             if not run_dir.is_dir() or run_dir.name.endswith(".partial"):

@@ -1,7 +1,8 @@
 """The study's report: Table 3 (E) extended, the concatenation test and length buckets.
 
-``write_report`` turns every scored run of a record store (or a study root) into the tables,
-JSON and plots of ``results/<study>/`` (docs/study.md).
+``write_report`` turns every scored run of a record store into the tables, JSON and plots of a
+report folder (docs/study.md); which conditions, baselines and runs there are it reads from the
+study's config (studies/reported.py), named by the records' record.json or by --study.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from studies.compared import (
     shallow,
 )
 from studies.concat import ConcatTable, concat_markdown, concat_table, plot_bleu_vs_k
-from studies.plan import CONDITIONS, ROW_E, SEARCH, TABLE3_EVAL, StudyError, planned_jobs
+from studies.plan import SEARCH, STUDY_FILE, TABLE3_EVAL, StudyError
 from studies.records import (
     StudyRecord,
     check_one_configuration,
@@ -60,6 +61,7 @@ from studies.records import (
     retrain_command,
     scored_runs,
 )
+from studies.reported import Pair, ReportedStudy, load_reported
 from studies.rows import from_json
 from studies.tuning import Choice, read_choices
 
@@ -102,12 +104,12 @@ class Report(ScoredRuns):
     buckets: BucketTable
 
 
-def rates_of(records: list[StudyRecord]) -> dict[str, float]:
-    """Each variant's optim.lr_scale in the all-lengths runs; a variant at two rates is refused
-    (its seeds would be pooled into one mean)."""
+def rates_of(records: list[StudyRecord], control: str) -> dict[str, float]:
+    """Each variant's optim.lr_scale in the control condition's (all-lengths) runs; a variant at
+    two rates is refused (its seeds would be pooled into one mean)."""
     rates: dict[str, dict[float, list[str]]] = {}
     for record in records:
-        if record.condition == "all":
+        if record.condition == control:
             rate = float(Run(Path(record.run_dir)).config().optim.lr_scale)
             rates.setdefault(record.variant, {}).setdefault(rate, []).append(record.label)
     for variant, by_rate in rates.items():
@@ -123,7 +125,7 @@ def rates_of(records: list[StudyRecord]) -> dict[str, float]:
 
 
 def chosen_rates(tuning: Path | Sequence[Path] | None) -> dict[str, Choice]:
-    """Each variant's choice in tuning.json files (`scripts/study.py tune`, read_choices)."""
+    """Each variant's choice in tuning.json files (the retired `tune`'s, read_choices)."""
     return {} if not tuning else read_choices(tuning)
 
 
@@ -168,21 +170,22 @@ def table3(
     records: list[StudyRecord],
     out: Path,
     resamples: int,
-    baseline: str = "sinusoidal",
+    study: ReportedStudy,
     rates: dict[str, float] | None = None,
     chosen: dict[str, Choice] | None = None,
 ) -> Table3 | None:
-    """compare.json / compare.md of the all-lengths runs, with the study's intervals added.
+    """compare.json / compare.md of the control condition's runs, with the study's intervals.
 
     Per variant: dev PPL, sacreBLEU and chrF mean ± std and 95% interval over seeds; every
     variant minus the baseline and every variant minus learned, paired by seed (BLEU and chrF,
     each column a family with Holm-adjusted p), with the effect 80% power detects; row (E) with
     its equivalence test and two-level bootstrap (``row_e``); the steps of every run; each
     variant's learning rate (rates, from ``rates_of``) and, given tuning.json's choices
-    (chosen), whether it is the chosen one.
+    (chosen), whether it is the chosen one. The baselines and row (E): the study's.
     """
-    rates = rates_of(records) if rates is None else rates
-    runs = [r for r in records if r.condition == "all"]
+    baseline, pair = study.baseline, study.row_e
+    rates = rates_of(records, study.control) if rates is None else rates
+    runs = [r for r in records if r.condition == study.control]
     if not runs:
         return None
     compared = Compared.from_json(
@@ -197,16 +200,16 @@ def table3(
         for row in compared.variants
     ]
     differences = paired_tests(compared.differences, by_variant, baseline)
-    row = row_e(by_variant, resamples)
-    in_family = [d for d in differences if (d.baseline, d.variant) == ROW_E]
+    row = row_e(by_variant, resamples, pair) if pair else None
+    in_family = [d for d in differences if (d.baseline, d.variant) == pair]
     if row and in_family:  # its Holm p within "each variant minus sinusoidal"
         row.bleu["p_holm"] = from_json(DifferenceTest, in_family[0].across_seeds).p_holm
     steps = sorted({r.step for r in runs})
     result = Table3(
         **shallow(compared) | {"variants": variants, "differences": differences},
-        differences_to_learned=differences_to(by_variant, ROW_E[1]),
+        differences_to_learned=differences_to(by_variant, pair[1]) if pair else [],
         row_e=row,
-        study=StudyNote("all", steps, len(steps) == 1, bool(chosen)),
+        study=StudyNote(study.control, steps, len(steps) == 1, bool(chosen)),
     )
     write_json(out / "compare.json", asdict(result))
     write_text(out / "table3.md", table3_markdown(result))
@@ -358,13 +361,14 @@ def differences_to(by_variant: dict[str, list[StudyRecord]], baseline: str) -> l
     return diffs
 
 
-def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> RowE | None:
-    """Learned minus sinusoidal by seed: t-interval, TOST at ±1 BLEU, power, two-level bootstrap.
+def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int, pair: Pair) -> RowE | None:
+    """Row (E), pair's second minus its first (learned minus sinusoidal) by seed: t-interval,
+    TOST at ±1 BLEU, power, two-level bootstrap.
 
     The bootstrap (resamples > 0) resamples the shared seeds, then each seed's test sentences,
     from the runs' Table 3 hypotheses; the paper's single-run numbers stand beside.
     """
-    base_runs, other_runs = by_variant.get(ROW_E[0], []), by_variant.get(ROW_E[1], [])
+    base_runs, other_runs = by_variant.get(pair[0], []), by_variant.get(pair[1], [])
     if not base_runs or not other_runs:
         return None
     base, other = scores_by_seed(base_runs, "bleu"), scores_by_seed(other_runs, "bleu")
@@ -378,17 +382,17 @@ def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> RowE | No
             for r in base_runs + other_runs
             if r.seed in seeds
         }
-        refs = references(read[ROW_E[0], seeds[0]], None)
+        refs = references(read[pair[0], seeds[0]], None)
         bootstrap = two_level_bootstrap(
-            {s: hypotheses(read[ROW_E[0], s]) for s in seeds},
-            {s: hypotheses(read[ROW_E[1], s]) for s in seeds},
+            {s: hypotheses(read[pair[0], s]) for s in seeds},
+            {s: hypotheses(read[pair[1], s]) for s in seeds},
             refs,
             resamples,
         )
-    paper_base, paper_other = PAPER[ROW_E[0]][1], PAPER[ROW_E[1]][1]
+    paper_base, paper_other = PAPER[pair[0]][1], PAPER[pair[1]][1]
     return RowE(
-        variant=ROW_E[1],
-        baseline=ROW_E[0],
+        variant=pair[1],
+        baseline=pair[0],
         seeds=seeds,
         bleu=difference_over_seeds(base, other),
         tok_bleu=difference_over_seeds(
@@ -398,7 +402,7 @@ def row_e(by_variant: dict[str, list[StudyRecord]], resamples: int) -> RowE | No
         power=power_statement(stdev(diffs), len(diffs)),
         two_level_bootstrap=bootstrap,
         paper=PaperRowE(
-            **{ROW_E[0]: paper_base, ROW_E[1]: paper_other},
+            **{pair[0]: paper_base, pair[1]: paper_other},
             difference=round(paper_other - paper_base, 2),
             note="tokenized BLEU on newstest2013, one run each, Vaswani et al. 2017 Table 3",
         ),
@@ -438,7 +442,8 @@ def table3_markdown(result: Table3) -> str:
         f"K: max_shift). {result.paper_note}",
     ]
     lines += difference_section(result.baseline, result.differences, True)
-    lines += difference_section(ROW_E[1], result.differences_to_learned, False)
+    second = result.differences_to_learned
+    lines += difference_section(second[0].baseline if second else "", second, False)
     if result.row_e:
         lines += row_e_markdown(result.row_e)
     study = result.study
@@ -537,14 +542,11 @@ def row_e_markdown(row: RowE) -> list[str]:
     return lines
 
 
-def missing_runs(records: list[StudyRecord], root: Path) -> list[str]:
-    """Labels of the study's planned runs (planned_jobs defaults) with no scored record."""
+def missing_runs(records: list[StudyRecord], study: ReportedStudy) -> list[str]:
+    """Labels of the study's planned finals (its config's conditions, variants and seeds) with
+    no scored record."""
     done = {(r.condition, r.variant, r.seed) for r in records}
-    return [
-        job.label
-        for job in planned_jobs(root, list(CONDITIONS))
-        if (job.condition, job.variant, job.seed) not in done
-    ]
+    return [f"{c}/{v}/seed-{s}" for c, v, s in study.plan if (c, v, s) not in done]
 
 
 def note_lines(out: Path) -> list[str]:
@@ -570,13 +572,18 @@ def pictures_line(folder: Path, out: Path) -> str:
     )
 
 
-def write_extrapolation(records: list[StudyRecord], out: Path) -> tuple[ConcatTable, BucketTable]:
-    """The concatenation test and the per-bucket table (short vs all), with their plots."""
-    concat = concat_table(records)
+def write_extrapolation(
+    records: list[StudyRecord], out: Path, study: ReportedStudy
+) -> tuple[ConcatTable, BucketTable]:
+    """The concatenation test and the per-bucket table (short vs all), with their plots; the
+    conditions of each analysis and the baselines: the study's."""
+    concat = concat_table(records, study.baselines[:2], study.concat)
     write_json(out / "concat.json", asdict(concat))
     write_text(out / "concat.md", concat_markdown(concat))
-    plot_bleu_vs_k(concat, out / "bleu_vs_k.png")
-    buckets = bucket_table(records)
+    shown = study.concat[::-1] if study.concat else (study.control,)  # the control first
+    plot_bleu_vs_k(concat, out / "bleu_vs_k.png", shown)
+    # without a buckets analysis, every row is empty: buckets.md says so
+    buckets = bucket_table(records, study.buckets or ("", ""), study.baseline)
     write_json(out / "buckets.json", asdict(buckets))
     write_text(out / "buckets.md", bucket_markdown(buckets))
     if buckets.rows:
@@ -598,8 +605,8 @@ def readme_lines(folder: Path, runs: ScoredRuns, out: Path) -> list[str]:
         "- [Short vs all lengths per bucket](buckets.md) (buckets.json, bucket_ratio.png)",
         pictures_line(folder, out),
         "",
-        f"Missing runs of the plan ({len(missing)}): {', '.join(missing) or 'none'}.",
-        f"Unfinished or unscored run folders: {', '.join(unscored) or 'none'}.",
+        f"Missing runs of the plan ({len(missing)}){listed(missing)}.",
+        f"Unfinished or unscored run folders ({len(unscored)}){listed(unscored)}.",
         "",
         provenance_line(scored, "hardware", "on")
         + " One seed on two machines agrees only up to float32 rounding, then drifts apart.",
@@ -613,49 +620,77 @@ def readme_lines(folder: Path, runs: ScoredRuns, out: Path) -> list[str]:
     ]
 
 
+def listed(labels: list[str]) -> str:
+    """': a, b' after a README line's count, or nothing where there are none."""
+    return f": {', '.join(labels)}" if labels else ""
+
+
 def write_report(
     root: Path,
     out: Path,
     resamples: int = 1000,
     echo: Callable[[str], None] = print,
     tuning: Path | Sequence[Path] | None = None,
+    study: str | None = None,
 ) -> Report:
-    """Write results/<study>/: the tables (Markdown + JSON) and plots of every scored run;
-    tuning: tuning.json files whose chosen rates the runs' rates are checked against."""
+    """Write a report folder: the tables (Markdown + JSON) and plots of every scored run of the
+    store root; tuning: tuning.json files whose chosen rates the runs' rates are checked
+    against; study: the configs/study name of a store whose records have no record.json."""
     if resamples < 0:  # before anything is written (a negative count would mean no bootstrap)
         raise StudyError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
+    if not any(Path(root).glob(f"**/{STUDY_FILE}")):
+        raise StudyError(
+            f"no scored runs under {root} (no {STUDY_FILE}): pass --root a record store of "
+            "scored runs"
+        )
     chosen = chosen_rates(tuning)
-    records, unscored = scored_runs(root)
+    reported = load_reported(root, study)
+    records, unscored = scored_runs(root, reported.conditions)
     if not records:
         raise StudyError(
-            f"no scored runs under {root}: run `python scripts/study.py run` first (or pass --root)"
+            f"no scored runs of {reported.name}'s conditions ({', '.join(reported.conditions)}) "
+            f"under {root}: pass --root its record store"
         )
-    rates_of(records)  # a variant at two rates is refused before anything is written
+    rates_of(records, reported.control)  # a variant at two rates is refused before any write
     check_one_configuration(records)  # as is a store of runs trained with other settings
     out = Path(out)
     with replaced_folder(out) as folder:  # swapped in whole: a kill leaves the old report
-        return write_report_files(records, unscored, root, folder, out, resamples, echo, chosen)
+        files = ReportFiles(reported, folder, out, resamples, echo, chosen)
+        return write_report_files(records, unscored, files)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where and how write_report writes: the study, the folder (out once all are written)."""
+
+    study: ReportedStudy
+    folder: Path
+    out: Path
+    resamples: int
+    echo: Callable[[str], None]
+    chosen: dict[str, Choice]
 
 
 def write_report_files(
-    records, unscored, root: Path, folder: Path, out: Path, resamples: int, echo, chosen
+    records: list[StudyRecord], unscored: list[str], files: ReportFiles
 ) -> Report:
-    """write_report's files into folder, which becomes out once all are written."""
-    rates = rates_of(records)
-    missing = missing_runs(records, root)
+    """write_report's files into files.folder, which becomes files.out once all are written."""
+    study, folder, out, echo = files.study, files.folder, files.out, files.echo
+    rates = rates_of(records, study.control)
+    missing = missing_runs(records, study)
     echo(f"report: {len(records)} scored runs; {len(missing)} planned runs missing")
     if unscored:
         echo(
             f"report: {len(unscored)} run folders left out, unfinished or not scored at their "
-            f"last step with the study's search {SEARCH} (`python scripts/study.py run` trains "
-            f"or scores them): {', '.join(unscored)}"
+            f"last step with the study's search {SEARCH}: {', '.join(unscored)}"
         )
-    table = table3(records, folder, resamples, rates=rates, chosen=chosen)
+    table = table3(records, folder, files.resamples, study, rates=rates, chosen=files.chosen)
     if table:  # where it will be, not where it was written
         table = replace(table, out_dir=str(out))
         write_json(folder / "compare.json", asdict(table))
-    concat, buckets = write_extrapolation(records, folder)
-    runs = ScoredRuns([run_row(r) for r in records], unscored, missing)
+    concat, buckets = write_extrapolation(records, folder, study)
+    rows = [run_row(r, study.experiments[r.condition]) for r in records]
+    runs = ScoredRuns(rows, unscored, missing)
     write_json(folder / "runs.json", asdict(runs))
     write_text(folder / "README.md", "\n".join(readme_lines(folder, runs, out)) + "\n")
     if table:
@@ -664,10 +699,10 @@ def write_report_files(
     return Report(**shallow(runs), table3=table, concat=concat, buckets=buckets)
 
 
-def run_row(record: StudyRecord) -> RunRow:
+def run_row(record: StudyRecord, experiment: Sequence[str]) -> RunRow:
     """A scored run's line of runs.json, with the train.py command that trains it again."""
     return RunRow(
         record.condition, record.variant, record.seed, record.step, record.dev_ppl,
         record.wall_seconds, record.test.bleu, record.test.chrf, record.hardware, record.code,
-        retrain_command(record),
+        retrain_command(record, experiment),
     )  # fmt: skip

@@ -55,7 +55,9 @@ def test_a_folder_without_weights_is_refused_in_one_line(trained_run, tmp_path, 
 
 def test_fewer_than_two_positions_is_refused(trained_run, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        script_main("study")(["pictures", "--runs", str(trained_run), "--positions", "1"])
+        script_main("study")(
+            ["pictures", "--runs", str(trained_run), "--positions", "1", "--out", str(tmp_path)]
+        )
     assert "--positions 1: pass 2 or more positions" in capsys.readouterr().err
 
 

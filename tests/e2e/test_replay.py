@@ -447,16 +447,6 @@ EXTRAPOLATION_AND_BENCHMARK = {
         lambda t: ["--out", str(t / "x"), "trainer.max_step=3"],
         ["trainer.max_step"],
     ),
-    "study tune: --experiment nosuch": (
-        "study",
-        lambda t: ["tune", "--experiment", "nosuch", "--root", str(t / "x"), "--plan"],
-        ["--experiment nosuch", "configs/experiment"],
-    ),
-    "study tune: --rates -1": (
-        "study",
-        lambda t: ["tune", "--experiment", "quickstart", "--rates", "-1", "--root", str(t / "x")],
-        ["--rates -1"],
-    ),
     "study plateau: --threshold -1": (
         "study",
         lambda t: ["plateau", "--runs", str(t / "x"), "--threshold", "-1", "--out", str(t / "p")],
@@ -464,33 +454,13 @@ EXTRAPOLATION_AND_BENCHMARK = {
     ),
     "study report: --resamples -1": (
         "study",
-        lambda t: ["report", "--resamples", "-1", "--out", str(t / "r")],  # the record store
+        lambda t: ["report", "--root", str(t / "x"), "--resamples", "-1", "--out", str(t / "r")],
         ["--resamples -1"],
     ),
     "study report: a root without runs": (
         "study",
         lambda t: ["report", "--root", str(t / "x"), "--out", str(t / "r")],
-        ["no scored runs", "study.py run"],
-    ),
-    "study run: --jobs 0": (
-        "study",
-        lambda t: ["run", "--launcher", "submitit_local", "--jobs", "0", "--root", str(t / "x")],
-        ["--jobs 0"],
-    ),
-    "study run: --jobs 2 with the basic launcher": (
-        "study",
-        lambda t: ["run", "--launcher", "basic", "--jobs", "2", "--root", str(t / "x")],
-        ["--jobs 2", "submitit_local"],
-    ),
-    "study run: --variants fourier": (
-        "study",
-        lambda t: ["run", "--variants", "fourier", "--root", str(t / "x"), "--records", "none"],
-        ["fourier", "sinusoidal"],
-    ),
-    "study run: --seeds -1": (
-        "study",
-        lambda t: ["run", "--seeds", "-1", "--root", str(t / "x"), "--records", "none"],
-        ["--seeds -1"],
+        ["no scored runs", "--root"],
     ),
     "benchmark decode: --batch-size 0": (
         "benchmark",

@@ -10,16 +10,20 @@ from omegaconf import OmegaConf
 from common.configs import compose_config
 from runs.resume import flatten
 from runs.run import Run
-from studies.plan import RECORDS, STUDY_FILE, Job
-from studies.records import (
-    StudyRecord,
-    record_mismatch,
-    retrain_command,
-    scored_runs,
-)
+from studies.plan import STUDY_FILE
+from studies.protocol import load_study
+from studies.records import StudyRecord, retrain_command, scored_runs
+from studies.reported import reported_study
 from tests.conftest import ROOT
 
 STORES = sorted((ROOT / "results" / "archive").glob("pe_study*/runs"))
+RECORDS = ROOT / "results" / "archive" / "pe_study" / "runs"  # the study's first store
+GERMAN = reported_study(load_study("pe_multi30k"))  # its conditions, each one's experiment
+
+
+def retrain(record: StudyRecord) -> str:
+    """A German record's retrain command, its condition's experiment from the study's config."""
+    return retrain_command(record, GERMAN.experiments[record.condition])
 
 
 def test_every_committed_record_reads_and_writes_back_unchanged(tmp_path):
@@ -44,7 +48,7 @@ def test_every_committed_record_reads_and_writes_back_unchanged(tmp_path):
 
 
 def test_the_store_s_records_are_its_scored_runs():
-    records, unscored = scored_runs(ROOT / "results" / "archive" / "pe_study" / "runs")
+    records, unscored = scored_runs(RECORDS, GERMAN.conditions)
     assert len(records) == 76 and unscored == []
     first = records[0]
     assert (first.condition, first.variant, first.seed) == ("all", "alibi", 1)
@@ -62,12 +66,12 @@ def test_a_record_copied_or_edited_is_refused_not_reported(tmp_path):
     store = tmp_path / "runs"
     source = ROOT / "results" / "pe_multi30k" / "final" / "runs" / "all" / "learned" / "seed-1"
     shutil.copytree(source, store / "all" / "learned" / "seed-1")
-    assert len(scored_runs(store)[0]) == 1
+    assert len(scored_runs(store, GERMAN.conditions)[0]) == 1
     shutil.copytree(source, store / "all" / "learned" / "seed-2")  # seed 1's record, twice
     with pytest.raises(
         StudyError, match="records all/learned/seed-1 but lies in all/learned/seed-2"
     ):
-        scored_runs(store)
+        scored_runs(store, GERMAN.conditions)
     shutil.rmtree(store / "all" / "learned" / "seed-2")
     path = store / "all" / "learned" / "seed-1" / STUDY_FILE
     record = json.loads(path.read_text())
@@ -76,7 +80,7 @@ def test_a_record_copied_or_edited_is_refused_not_reported(tmp_path):
     with pytest.raises(
         StudyError, match=r"quotes other scores than .*test-last-beam4.json \(bleu 35.0 vs"
     ):
-        scored_runs(store)
+        scored_runs(store, GERMAN.conditions)
 
 
 def test_a_record_missing_a_field_is_one_line_naming_it(tmp_path):
@@ -88,19 +92,8 @@ def test_a_record_missing_a_field_is_one_line_naming_it(tmp_path):
     del record["concat"]
     (broken / STUDY_FILE).write_text(json.dumps(record))
     with pytest.raises(Exception, match="has no 'concat' field") as error:
-        scored_runs(tmp_path)
+        scored_runs(tmp_path, GERMAN.conditions)
     assert type(error.value).__name__ == "StudyError" and "\n" not in str(error.value)
-
-
-@pytest.mark.parametrize("data_path", [None, "../shared/data/multi30k_hub_layout"])
-def test_a_committed_record_on_the_text_folder_still_counts_with_multi30k_from_the_hub(data_path):
-    """The records were trained on ../shared/data/multi30k (plain text); the hub default, or a
-    folder in the hub's layout, is the same corpus at another location, not another setting."""
-    record = RECORDS / "all" / "learned" / "seed-2"
-    overrides = [] if data_path is None else [f"data.path={data_path}"]
-    assert record_mismatch(Job("all", "learned", 2, record), record, overrides) == []
-    changed = record_mismatch(Job("all", "learned", 2, record), record, ["data.max_len=64"])
-    assert changed == ["data.max_len: 256 -> 64"]
 
 
 def flat_config(config) -> dict:
@@ -111,7 +104,7 @@ def flat_config(config) -> dict:
 def composes_to_its_config(record: StudyRecord, multi30k: bool) -> None:
     """The record's retrain command composes to the config it trained with, setting by setting:
     every one but where files went, Multi30k's source (multi30k) and settings added since."""
-    words = shlex.split(retrain_command(record))
+    words = shlex.split(retrain(record))
     assert words[:2] == ["python", "train.py"]
     again = flat_config(compose_config([*words[2:], "run_dir=."]))
     then = flat_config(Run(record.run_dir).config())
@@ -125,13 +118,15 @@ def composes_to_its_config(record: StudyRecord, multi30k: bool) -> None:
 def test_each_committed_record_s_retrain_command_composes_to_its_config():
     """Old records (the data files of an earlier config, settings since added) and new ones
     (a tuned rate and the final budget): the command names what differs from today's configs."""
-    final = scored_runs(ROOT / "results" / "archive" / "pe_study_final" / "runs")[0]
-    study = scored_runs(RECORDS)[0]
+    final = scored_runs(
+        ROOT / "results" / "archive" / "pe_study_final" / "runs", GERMAN.conditions
+    )[0]
+    study = scored_runs(RECORDS, GERMAN.conditions)[0]
     assert final and {r.condition for r in study} == {"all", "short", "joined"}
     for record in [*final, *study[::7]]:
         composes_to_its_config(record, multi30k=True)
     for record in final:  # the rate where not the configs' (x1), SHAPE's K, the budget
-        words = retrain_command(record).split()
+        words = retrain(record).split()
         config = OmegaConf.load(Path(record.run_dir) / ".hydra" / "config.yaml")
         rate = config.optim.lr_scale
         named = [] if rate == 1.0 else [f"optim.lr_scale={rate}"]
@@ -139,6 +134,6 @@ def test_each_committed_record_s_retrain_command_composes_to_its_config():
             named.append(f"position.max_shift={config.position.max_shift}")
         after_seed = words[words.index(f"seed={record.seed}") + 1 :]
         assert after_seed == [*named, "trainer.max_steps=8000"], words
-    assert retrain_command(study[0]) == (
+    assert retrain(study[0]) == (
         "python train.py experiment=pe_study_multi30k position=alibi seed=1"
     )

@@ -15,6 +15,11 @@ from studies.plan import KS, POOLED, SEARCH
 from studies.records import BucketRow, ConcatRow, StudyRecord, Table3Scores
 from studies.report import RunRow, differences_to, provenance_line, row_e, row_e_markdown
 
+# the German study's roles (configs/study/pe_multi30k.yaml), as studies/reported.py reads them
+ROW_E = ("sinusoidal", "learned")
+BUCKETS = ("short", "all")
+JOINED = ("joined", "all")
+
 
 def scores(bleu: float, chrf: float = 50.0, tok_bleu: float | None = None) -> Table3Scores:
     """A Table 3 evaluation's scores."""
@@ -66,11 +71,11 @@ def test_ratios_per_seed_and_per_bucket():
         record("all", 2, [20, 20, 20, 20], [40, 30, 10]),
         record("short", 1, [30, 15, 9, 6], [40, 15, 5]),
     ]
-    concat = concat_table(records)
+    concat = concat_table(records, ROW_E, JOINED)
     k2 = next(r for r in concat.summary if r.condition == "all" and r.k == 2)
     assert k2.bleu_ratio_to_k1.mean == pytest.approx((20 / 40 + 20 / 20) / 2)
     assert k2.bleu.mean == 20 and k2.lines == 50 and k2.left_out == 0
-    buckets = {r.bucket: r for r in bucket_table(records).rows}
+    buckets = {r.bucket: r for r in bucket_table(records, BUCKETS, "sinusoidal").rows}
     assert buckets["11-15"].ratio == pytest.approx(5 / 15, abs=1e-4)  # short / control means
     baseline = [
         replace(
@@ -82,7 +87,7 @@ def test_ratios_per_seed_and_per_bucket():
             records, ([30, 20, 10, 5], [20, 10, 10, 10], [30, 15, 9, 6]), strict=True
         )
     ]
-    concat = concat_table(records + baseline)
+    concat = concat_table(records + baseline, ROW_E, JOINED)
     diffs = {(d.condition, d.k): d for d in concat.differences}
     assert {d.variant for d in concat.differences} == {"rope"}  # none of the baseline
     k2 = diffs["all", 2]  # rope minus sinusoidal, seeds 1 and 2 paired
@@ -96,7 +101,7 @@ def test_ratios_per_seed_and_per_bucket():
     learned = [
         replace(r, variant="learned") for r in records
     ]  # row E's other encoding, also a base
-    concat = concat_table(records + baseline + learned)
+    concat = concat_table(records + baseline + learned, ROW_E, JOINED)
     pairs = {(d.variant, d.baseline) for d in concat.differences}
     assert pairs == {("rope", "sinusoidal"), ("learned", "sinusoidal"), ("rope", "learned")}
     rope_vs_learned = [d for d in concat.differences if d.baseline == "learned"]
@@ -130,7 +135,7 @@ def test_joined_minus_all_pairs_each_variant_with_its_control():
         record("joined", 1, [38, 30, 25, 20], [1.0, 0.9, 0.9, 0.8]),
         record("joined", 2, [30, 24, 21, 19], [1.0, 1.0, 0.9, 0.9]),
     ]
-    concat = concat_table(records)
+    concat = concat_table(records, ROW_E, JOINED)
     remedy = {d.k: d for d in concat.joined_minus_all}
     assert sorted(remedy) == list(KS) and concat.differences == []  # no sinusoidal runs
     k4 = remedy[4]
@@ -175,7 +180,7 @@ def test_bucket_ratios_minus_sinusoidal_are_paired_by_seed():
         record("short", "learned", 2, [40, 16]),
         record("short", "learned", 3, [40, 4]),  # no sinusoidal seed 3: left out of the pairs
     ]
-    table = bucket_table(records)
+    table = bucket_table(records, BUCKETS, "sinusoidal")
     diffs = {d.bucket: d for d in table.differences}
     assert {d.variant for d in table.differences} == {"learned"}
     beyond = diffs["11-15"]
@@ -213,7 +218,7 @@ def test_buckets_without_short_runs_say_so_and_keep_l():
         max_words=10,
         by_bucket=[bucket_row(1, 3.0, n=5, high=10)],
     )
-    table = bucket_table([record])
+    table = bucket_table([record], BUCKETS, "sinusoidal")
     assert table.rows == [] and table.max_words == 10
     text = bucket_markdown(table)
     assert text.startswith("# Trained on <= 10 source words")
@@ -263,7 +268,7 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
             for variant, values in (("sinusoidal", [0.0] * 8), ("learned", shift))
         }
 
-    close = row_e(records(shifts["close"]), resamples=0)
+    close = row_e(records(shifts["close"]), 0, ROW_E)
     assert close.seeds == list(range(1, 9)) and close.two_level_bootstrap is None
     assert close.bleu["difference"] == pytest.approx(statistics.fmean(shifts["close"]))
     eq = close.equivalence
@@ -271,7 +276,7 @@ def test_row_e_tests_equivalence_and_states_power_from_eight_seeds():
     power = close.power
     assert power.n == 8 and power.sd == pytest.approx(statistics.stdev(shifts["close"]))
     assert power.detectable < 1.0
-    far = row_e(records(shifts["far"]), resamples=0)
+    far = row_e(records(shifts["far"]), 0, ROW_E)
     assert not far.equivalence.equivalent and far.equivalence.smallest_margin > 1.0
     assert far.power.detectable > 1.0 and far.power.seeds_for_one > 8
     assert close.paper == far.paper and far.paper.difference == -0.1
@@ -334,17 +339,19 @@ def test_bucket_lengths_short_vs_control_and_a_dash_for_older_records():
         record("all", 1, 1.00, 1.0),
         record("all", 2, 0.0, 0.0, kept=False),
     ]
-    (row,) = bucket_table(records).rows
+    (row,) = bucket_table(records, BUCKETS, "sinusoidal").rows
     assert row.short_length_ratio.mean == pytest.approx(0.85)
     assert row.short_length_ratio.n == 2 and row.short_bp.mean == pytest.approx(0.82315)
     assert row.control_length_ratio.n == 1 and row.control_bp.mean == 1.0
     # BP divided out only where both sides kept it: seed 1 (BLEU 20 / 0.7515 over 20 / 1.0)
     assert row.ratio_without_bp_by_seed == {"1": pytest.approx(1 / 0.7515, abs=1e-4)}
-    text = bucket_markdown(bucket_table(records))
+    text = bucket_markdown(bucket_table(records, BUCKETS, "sinusoidal"))
     assert "## Output length per bucket: short vs control" in text
     assert "| rope | 11-15* | 9 | 0.850 ± 0.071 [" in text
     assert "| 1.000 |" in text  # the control's one seed: a mean, no spread
-    older = bucket_table([record("short", 1, 0, 0, kept=False), record("all", 1, 0, 0, False)])
+    older = bucket_table(
+        [record("short", 1, 0, 0, kept=False), record("all", 1, 0, 0, False)], BUCKETS, "sinusoidal"
+    )
     assert "| rope | 11-15* | 9 | — | — | — | — |" in bucket_markdown(older)
 
 
@@ -367,7 +374,7 @@ def test_bucket_length_ratio_minus_sinusoidal_is_paired_and_holm_adjusted():
         for condition in ("short", "all")
     ]
     records += [record("short", "t5", 1, 0.5)]  # one seed: unpaired, no interval, no test
-    table = bucket_table(records)
+    table = bucket_table(records, BUCKETS, "sinusoidal")
     diffs = {d.variant: d.short_length_ratio for d in table.differences}
     rope = diffs["rope"]
     assert rope["seeds"] == [1, 2] and rope["difference"] == pytest.approx(-0.11)
@@ -399,7 +406,7 @@ def test_a_loss_that_is_all_brevity_penalty_is_no_loss_without_it():
         for seed in (1, 2)
         for condition in ("short", "all")
     ]
-    table = bucket_table(records)
+    table = bucket_table(records, BUCKETS, "sinusoidal")
     (diff,) = table.differences
     assert diff.ratio["difference"] == pytest.approx(-0.1)
     assert diff.ratio_without_bp["difference"] == pytest.approx(0.0, abs=1e-4)
@@ -458,7 +465,7 @@ def test_bucket_ratio_equivalence_is_tost_at_the_ratio_margin_holm_per_bucket():
         "close": (20.2, 20.9, 19.1),  # ratio within ±0.006 of sinusoidal's at every seed
         "far": (14.0, 17.0, 13.0),
     }
-    table = bucket_table(short_and_control(short, control=40.0))
+    table = bucket_table(short_and_control(short, control=40.0), BUCKETS, "sinusoidal")
     tests = {d.variant: d.equivalence for d in table.differences}
     for variant in ("close", "far"):
         diffs = [(o - b) / 40 for o, b in zip(short[variant], short["sinusoidal"], strict=True)]
@@ -497,7 +504,7 @@ def test_concat_bleu_equivalence_is_tost_at_one_bleu_holm_per_condition_and_k():
         for seed, bleu in enumerate(values, start=1)
     ]
     records.append(record("all", "t5", 1, 31.0))
-    table = concat_table(records)
+    table = concat_table(records, ROW_E, JOINED)
     tests = {d.variant: d.equivalence for d in table.differences if d.condition == "all"}
     for variant in ("rope", "alibi"):
         diffs = [
@@ -527,7 +534,9 @@ def test_the_bucket_figure_draws_paired_means_with_the_seeds_band_in_variant_ord
     line per variant in the figures' order with its seed count, through the paired seeds' mean,
     the band their range; records without BP draw nothing in the third."""
     short = {"alibi": (18.0, 12.0), "sinusoidal": (15.0, 9.0)}  # alphabetically first, drawn second
-    fig = bucket_ratio_figure(bucket_table(short_and_control(short, 30.0, lows=(6, 11))))
+    fig = bucket_ratio_figure(
+        bucket_table(short_and_control(short, 30.0, lows=(6, 11)), BUCKETS, "sinusoidal")
+    )
     try:
         kept, relative, without_bp = fig.axes
         labels = [t.get_text() for t in kept.get_legend().get_texts()]
