@@ -300,16 +300,25 @@ def scored_runs(root: Path, conditions: Sequence[str]) -> tuple[list[StudyRecord
 
 
 def check_record(record: StudyRecord, run_dir: Path, parts: tuple[str, ...]) -> None:
-    """StudyError unless a study.json agrees with its folder (condition, variant, seed) and
-    with the evaluation it quotes (BLEU, chrF, sentences): a copied or edited one is refused."""
+    """StudyError unless a study.json agrees with its folder (condition, variant, seed), with the
+    seed its run trained and with the evaluation it quotes (BLEU, chrF, sentences): a copied or
+    edited one is refused."""
     said = (record.condition, record.variant, f"seed-{record.seed}")
     if (parts[0], parts[1], parts[-1]) != said:
         raise StudyError(
             f"{run_dir / STUDY_FILE} records {'/'.join(said)} but lies in "
             f"{'/'.join(parts)}: a record copied into another run's folder; restore its own"
         )
-    path = Run(run_dir).evaluation_file(record.test.eval)
-    scored = read_json(path) if path.is_file() else {}
+    run = Run(run_dir)
+    metrics = run.finished_metrics() or {}
+    if metrics.get("seed") is not None and int(metrics["seed"]) != record.seed:
+        raise StudyError(
+            f"{run_dir / STUDY_FILE} records seed {record.seed} but the run trained seed "
+            f"{metrics['seed']} ({run.metrics_file}): a record copied from another run; restore "
+            "its own"
+        )
+    path = run.evaluation_file(record.test.eval)
+    scored = run.evaluation(record.test.eval) or {}
     test = record.test
     quoted = {"bleu": test.bleu, "chrf": test.chrf, "n_sentences": test.n_sentences}
     differ = [f"{k} {v} vs {scored.get(k)}" for k, v in quoted.items() if scored.get(k) != v]

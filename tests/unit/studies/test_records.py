@@ -72,6 +72,10 @@ def test_a_record_copied_or_edited_is_refused_not_reported(tmp_path):
         StudyError, match="records all/learned/seed-1 but lies in all/learned/seed-2"
     ):
         scored_runs(store, GERMAN.conditions)
+    copied = store / "all" / "learned" / "seed-2" / STUDY_FILE  # ... its seed edited to fit
+    copied.write_text(json.dumps(json.loads(copied.read_text()) | {"seed": 2}))
+    with pytest.raises(StudyError, match="records seed 2 but the run trained seed 1"):
+        scored_runs(store, GERMAN.conditions)
     shutil.rmtree(store / "all" / "learned" / "seed-2")
     path = store / "all" / "learned" / "seed-1" / STUDY_FILE
     record = json.loads(path.read_text())
