@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from common.configs import CONFIG_DIR
 from common.errors import DataError, UserError
 from common.progress import progress_bar, shows_progress
-from data.corpus import decode_lines, load_split, read_lines
+from data.corpus import decode_lines, load_split, read_lines, text_fingerprint
 from data.tokenizer import EOS_ID
 from evaluation.bleu import bleu_by_length, tokenized_bleu
 from evaluation.line_stream import waiting_lines
@@ -286,6 +286,8 @@ def evaluate(cfg: DictConfig) -> dict:
     name = evaluation_name(cfg, split, tag, position_override)
     if not cfg.src_file:
         dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
+        if state["own_checkpoint"]:
+            check_split_text(Run(run_dir), split, text_fingerprint(dataset))
         srcs, refs, where = list(dataset["src"]), list(dataset["tgt"]), f"split {split}"
     if not srcs:
         raise UserError(f"{where} has no lines: nothing to evaluate; pick another split or file")
@@ -325,6 +327,20 @@ def evaluate(cfg: DictConfig) -> dict:
     check_scores(scores, run_dir, tag, where)
     run.write_evaluation(name, hyps, scores, nbest)
     return scores
+
+
+def check_split_text(run: Run, split: str, now: dict) -> None:
+    """UserError where a split's text is not what the run recorded of it at launch (data.json):
+    a replaced dev or test set is never scored under the split's name."""
+    recorded = run.recorded_text(split)
+    if recorded is None or recorded == now:
+        return
+    raise UserError(
+        f"split={split}: the corpus's {split} text is not the one {run.data_file} recorded at "
+        f"launch ({recorded.get('pairs')} pairs, sha256 {str(recorded.get('sha256'))[:12]}; now "
+        f"{now['pairs']} pairs, sha256 {now['sha256'][:12]}): restore its files, or score the "
+        "new text as files (src_file=... ref_file=... name=...)"
+    )
 
 
 def check_scores(scores: dict, run_dir: Path, tag: str, where: str) -> None:

@@ -15,7 +15,7 @@ import torch
 from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from interop.ctranslate2_engine import convert_model
-from runs.run import load_run, rebuild_model
+from runs.run import check_finite_weights, load_run, rebuild_model
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 
@@ -39,6 +39,7 @@ def export_ctranslate2(
         what = "is not empty" if out.is_dir() else "is a file"
         raise CTranslate2ExportError(f"--out {out} exists and {what}: pass a new folder")
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:  # written beside out and renamed into place once complete: never a partial out
         with staged_folder(out) as staging:

@@ -24,7 +24,7 @@ from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
-from runs.run import Run, load_run, rebuild_model
+from runs.run import Run, check_finite_weights, load_run, rebuild_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 
@@ -103,6 +103,7 @@ def export_hf(
             "least 2 (default 1024)"
         )
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:
         check_mappable(model)

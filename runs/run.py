@@ -212,6 +212,11 @@ class Run:
         """Store cfg resolved as the run's training config."""
         write_text(self.config_file, OmegaConf.to_yaml(cfg, resolve=True))
 
+    def recorded_text(self, split: str) -> dict | None:
+        """The text fingerprint ({pairs, sha256}) data.json recorded of a split at launch;
+        None where it recorded none (runs kept before the fingerprints)."""
+        return ((self.data_summary().get("fingerprints") or {}).get("text") or {}).get(split)
+
     # -- evaluations
     def evaluation(self, name: str) -> dict | None:
         """eval/<name>.json, or None where the run has no such evaluation."""
@@ -315,7 +320,7 @@ class Run:
             path = self.checkpoints / checkpoint
         state = self._identified(_checked(load_checkpoint(path), path), path)
         inside = path.resolve().parent == self.checkpoints.resolve()
-        if inside or (state["own_checkpoint"] and not training_file_name(path.name)):
+        if state["own_checkpoint"] and (inside or not training_file_name(path.name)):
             return state, path.stem
         # another folder's file never takes the name of this run's own evaluation (last, ...)
         return state, f"{path.stem}-{state['file_sha256'][:8]}"
@@ -350,12 +355,14 @@ class Run:
     def _identified(self, state: dict, path: Path) -> dict:
         """state with its file's sha256 and whether it holds the run's own weights.
 
-        Own: a file in the run's checkpoints/, or one elsewhere (an average written out)
-        trained with the tokenizer and every trajectory setting of the run's last.pt.
+        Own: trained with the tokenizer and every trajectory setting (seed, rate, ...) of the
+        run's last.pt, wherever the file lies (an average written out, or another run's file
+        copied into checkpoints/, which is not own); last.pt itself, or any file of a run
+        without one, by its place in checkpoints/.
         """
         own = path.resolve().parent == self.checkpoints.resolve()
         last = self.checkpoint_file("last")
-        if not own and last.is_file():
+        if last.is_file() and path.resolve() != last.resolve():
             try:
                 check_same_run(load_checkpoint(last), self.checkpoints, state, path)
                 own = True
@@ -497,6 +504,22 @@ def rebuild_model(state: dict, device, run_dir=None) -> tuple[torch.nn.Module, T
             f"({str(e).strip().splitlines()[0]}): pass a checkpoint written by train.py"
         ) from e
     return model.to(device).eval(), tokenizer
+
+
+def check_finite_weights(state: dict, what: str) -> None:
+    """CheckpointError where a checkpoint's weights hold NaN or infinity (a diverged or damaged
+    model that its checksum still vouches for): nothing is made from them."""
+    bad = [
+        name
+        for name, tensor in state["model"].items()
+        if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        listed = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise CheckpointError(
+            f"{what}: the weights hold NaN or infinity ({listed}): a diverged or damaged model; "
+            "pick another checkpoint (checkpoint=best, a step_<n>.pt before it diverged)"
+        )
 
 
 def checkpoint_record(state: dict) -> dict:

@@ -209,11 +209,21 @@ def open_records(cfg: DictConfig, resumed: dict | None, data: PreparedData, main
     write_json(Run(run_dir).data_file, summary)
 
 
-def check_data(resumed: dict | None, data: PreparedData, corpus: dict) -> None:
+def check_data(
+    resumed: dict | None, data: PreparedData, corpus: dict, own_tokenizer: Path | None = None
+) -> None:
     """CheckpointError or ResumeError if the checkpoint was trained with another tokenizer or on
-    other training pairs (corpus: their fingerprint)."""
+    other training pairs (corpus: their fingerprint); own_tokenizer: the run's tokenizer file
+    this resume read, named where it is not the checkpoint's."""
     if resumed is None:
         return
+    trained_with = str((resumed.get("tokenizer") or {}).get("sha256"))
+    if own_tokenizer is not None and data.tokenizer.sha256 != trained_with:
+        raise ResumeError(
+            f"checkpoint {resumed['file']} was trained with the tokenizer of sha256 "
+            f"{trained_with[:12]}, but the run's {own_tokenizer} has "
+            f"{data.tokenizer.sha256[:12]} (replaced since): restore that file or set a new run_dir"
+        )
     check_compatible(resumed, resumed["file"], tokenizer_sha256=data.tokenizer.sha256)
     trained_on = resumed.get("corpus")
     if trained_on is None:  # a checkpoint written before checkpoints kept one
@@ -654,7 +664,7 @@ def prepare(
     try:
         state, plan = build_state(cfg, data, device, rank, world, precision)
         corpus = data.fingerprint()  # kept beside the encoded train split after the first launch
-        check_data(resumed, data, corpus)
+        check_data(resumed, data, corpus, own)
         if rank == 0:  # a full disk is refused now, not at the first save (maybe the last step)
             check_space(run_dir, checkpoint_bytes(state.model), shutil.disk_usage(run_dir).free)
     except UserError:

@@ -16,8 +16,9 @@ import common.files
 import interop.export
 from common.files import FileWriteError
 from evaluation.evaluate import EvaluationError, evaluate
+from interop.ctranslate2_export import export_ctranslate2
 from interop.export import export_hf
-from runs.checkpoint import load_checkpoint, save_checkpoint
+from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests.conftest import ROOT, compose_config, default_sigint
 from tests.e2e import test_reliability as reliability
 from tests.e2e.test_reliability import copy_of_run
@@ -75,6 +76,22 @@ def test_a_nan_perplexity_is_refused_and_writes_nothing(bad, tmp_path):
     with pytest.raises(EvaluationError, match=r"scores ppl=nan on .*nothing written"):
         evaluate(eval_config(run_dir, *overrides))
     assert files_under(run_dir) == before
+
+
+@pytest.mark.parametrize("exporter", ["marian", "ctranslate2"])
+def test_weights_holding_nan_are_not_exported(bad, tmp_path, exporter):
+    """A diverged model, its checksum valid (was: exported to a Marian folder without a word)."""
+    pytest.importorskip("transformers" if exporter == "marian" else "ctranslate2")
+    run_dir = copy_of_run(bad, f"nan_{exporter}")
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    state.pop("file")
+    state["model"]["embedding.weight"][5, 3] = float("nan")
+    save_checkpoint(state, run_dir / "checkpoints" / "last.pt")  # checksum and all
+    out = tmp_path / "exports" / exporter
+    export = export_hf if exporter == "marian" else export_ctranslate2
+    with pytest.raises(CheckpointError, match=r"checkpoint last of .* NaN or infinity \(embed"):
+        export(run_dir, out)
+    assert not (tmp_path / "exports").exists()
 
 
 INTERRUPTED = """

@@ -82,6 +82,20 @@ def test_another_runs_checkpoint_is_scored_under_its_own_name(bad, learned_run, 
     assert scores["position"] == "learned" and scores["checkpoint_file"] == str(foreign)
 
 
+@pytest.mark.parametrize("other", ["seed=2", "optim.lr_scale=0.5"])
+def test_another_runs_checkpoint_copied_into_checkpoints_is_not_the_runs_own(bad, tmp_path, other):
+    """The same variant at another seed or rate, its last.pt copied in as other.pt (was:
+    own_checkpoint true by its place, and compare counted it as the run's)."""
+    twin = tmp_path / "twin"
+    train(compose_config([*text_overrides(bad), f"run_dir={twin}", other, "trainer.max_steps=2"]))
+    run = copied_run(bad, tmp_path)
+    shutil.copyfile(twin / "checkpoints" / "last.pt", run / "checkpoints" / "other.pt")
+    state, tag = load_run(run, "other.pt")
+    assert state["own_checkpoint"] is False and tag == f"other-{state['file_sha256'][:8]}"
+    state, tag = load_run(run, "best")  # the run's own files stay its own
+    assert state["own_checkpoint"] is True and tag == "best"
+
+
 def test_a_copy_of_the_runs_own_weights_elsewhere_is_still_its_own(bad, tmp_path):
     run = bad / "run"
     (tmp_path / "elsewhere").mkdir()

@@ -24,6 +24,7 @@ import yaml
 
 from common.errors import UserError
 from data.toy import main as write_toy_corpus
+from evaluation.evaluate import evaluate_run
 from runs.checkpoint import CheckpointError, load_checkpoint
 from runs.directory import LOCK_FILE, EarlierRecordsError
 from runs.record import start_segment
@@ -158,6 +159,37 @@ def test_a_resume_on_a_replaced_dev_set_is_refused_and_changes_nothing(tmp_path)
     assert re.search("validated on another dev set .*20 pairs", message), message
     assert "best.pt" in message and "\n" not in message
     assert snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize("split", ["test", "validation"])
+def test_a_replaced_test_or_dev_set_is_not_scored_under_its_split(tmp_path, split):
+    """evaluate.py split=<s> scores the text the run recorded of <s> at launch (was: a replaced
+    test or dev set scored silently under the split's name)."""
+    corpus, other, run_dir = tmp_path / "corpus", tmp_path / "other", tmp_path / "run"
+    sizes = {"train_size": 200, "validation_size": 20, "test_size": 5, "test_long_size": 1}
+    write_toy_corpus(corpus, seed=0, **sizes)
+    write_toy_corpus(other, seed=1, **sizes)
+    train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 2)))
+    scored = evaluate_run(run_dir, f"split={split}", "beam=1", "name=before")
+    assert scored["n_sentences"] > 0
+    shutil.copy(other / f"{split}.de", corpus / f"{split}.de")  # the references only
+    before = snapshot(run_dir)
+    with pytest.raises(UserError, match=f"split={split}: .* not the one .*data.json recorded"):
+        evaluate_run(run_dir, f"split={split}", "beam=1", "name=after")
+    assert snapshot(run_dir) == before
+
+
+def test_a_resume_reading_a_replaced_tokenizer_file_names_that_file(tmp_path):
+    """The run's own tokenizer/spm.model replaced: the refusal names it (was: it blamed the
+    data config, which had not changed)."""
+    corpus, run_dir = tmp_path / "corpus", tmp_path / "run"
+    write_toy_corpus(corpus, seed=0, train_size=200, validation_size=20, test_size=5)
+    train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 2)))
+    other = text_run(corpus, tmp_path / "cache", tmp_path / "other", 1)
+    train(compose_config([*other, "data.vocab_size=90"]))
+    shutil.copy(tmp_path / "other" / "tokenizer" / "spm.model", run_dir / "tokenizer" / "spm.model")
+    with pytest.raises(ResumeError, match="tokenizer/spm.model has .* restore that file"):
+        train(compose_config(text_run(corpus, tmp_path / "cache", run_dir, 3)))
 
 
 def test_checkpoints_keep_the_fingerprint_of_the_pairs_they_trained_on(six_steps):
