@@ -66,6 +66,8 @@ WMT14_TRAIN_PAIRS = 4_508_785
 EVAL_PAIRS = {"validation": 3_000, "test": 3_003}  # newstest2013, newstest2014
 SHARDS = 3
 CHUNK = 250_000  # pairs generated and written at a time
+# written last by a finished --keep run into --workdir: --warm-only reuses only such a folder
+KEPT_MARKER = "pe-nmt-benchmark-data.json"
 ZIPF_A, RARE_TYPES = 1.1, 5_000_000  # rare words: ~400k types in 4.5M lines, most seen once
 SYLLABLES = [c + v for c in "bdfgklmnprstvwz" for v in "aeiou"] + ["sch", "ck", "th", "ng"]
 PHASES = ("imports", "load corpus", "tokenizer", "encode train", "other splits", "cleaning")
@@ -235,8 +237,9 @@ def benchmark_data(
 ) -> dict:
     """Generate the corpus, then time a cold, a warm and (ddp) a two-rank warm launch.
 
-    warm_only: reuse the corpus and caches a `keep` run left in workdir (kept again): no
-    generation, no cold launch; the warm launches must find everything prepared.
+    warm_only: reuse the corpus and caches a finished `keep` run left in workdir (its
+    KEPT_MARKER; kept again): no generation, no cold launch; the warm launches must find
+    everything prepared. keep: write KEPT_MARKER into workdir once every launch has finished.
     """
     _psutil()  # missing: one line now, not a traceback from the first launch
     settings = {"num_proc": num_proc, "vocab_size": vocab_size}
@@ -258,20 +261,10 @@ def benchmark_data(
             written = time.perf_counter() - start
         size = sum(p.stat().st_size for p in corpus.rglob("*.parquet"))
         launches = (("cold", 1), ("warm", 1), ("ddp", 2))[int(warm_only) : 3 if ddp else 2]
-        runs = {}
-        for name, ranks in launches:
-            echo(f"{name} launch ({ranks} process{'es' if ranks > 1 else ''})")
-            runs[name] = run_launch(corpus, work / "cache", settings, work / name, ranks)
-            if warm_only and any(prepared(run) for run in runs[name]):
-                raise UserError(
-                    f"--warm-only: the cache in {work / 'cache'} lacked this corpus's tokenizer "
-                    f"or encoding for these settings (the {name} launch made them); rerun it"
-                )
-        cache_gib = {
-            part: sum(p.stat().st_size for p in (work / "cache" / part).rglob("*") if p.is_file())
-            / 2**30
-            for part in ("hf", "encoded", "tokenizers")
-        }
+        runs = time_launches(corpus, work, settings, launches, warm_only, echo)
+        cache_gib = cache_sizes(work / "cache")
+        if keep and not warm_only:
+            write_kept_marker(work, pairs, settings)
     finally:
         if not keep and not warm_only:
             remove_own(work, made)
@@ -289,16 +282,60 @@ def benchmark_data(
     }
 
 
+def time_launches(
+    corpus: Path, work: Path, settings: dict, launches: tuple, warm_only: bool, echo: Callable
+) -> dict[str, list]:
+    """Run each (name, ranks) launch in turn on work's cache; warm_only: each must find it all."""
+    runs = {}
+    for name, ranks in launches:
+        echo(f"{name} launch ({ranks} process{'es' if ranks > 1 else ''})")
+        runs[name] = run_launch(corpus, work / "cache", settings, work / name, ranks)
+        if warm_only and any(prepared(run) for run in runs[name]):
+            raise UserError(
+                f"--warm-only: the cache in {work / 'cache'} lacked this corpus's tokenizer "
+                f"or encoding for these settings (the {name} launch made them); rerun it"
+            )
+    return runs
+
+
+def cache_sizes(cache: Path) -> dict[str, float]:
+    """GiB of each part of a launch cache (hf, encoded, tokenizers)."""
+    return {
+        part: sum(p.stat().st_size for p in (cache / part).rglob("*") if p.is_file()) / 2**30
+        for part in ("hf", "encoded", "tokenizers")
+    }
+
+
+def write_kept_marker(work: Path, pairs: int, settings: dict) -> None:
+    """Mark work as a finished --keep run's folder (what --warm-only accepts)."""
+    record = {"pairs": pairs, "settings": settings}
+    (work / KEPT_MARKER).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def is_kept_marker(path: Path) -> bool:
+    """Whether path is the marker write_kept_marker writes (a JSON record of the kept run)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(record, dict) and {"pairs", "settings"} <= set(record)
+
+
 def check_kept_workdir(workdir: Path | None) -> None:
-    """Refuse --warm-only unless workdir holds the corpus and cache of an earlier --keep run."""
+    """Refuse --warm-only unless workdir is a finished --keep run's folder (marker and parts)."""
     if workdir is None:
         raise UserError("--warm-only reuses a kept run's folder: pass --workdir DIR")
-    for part in ("corpus/README.md", "cache/encoded"):
-        if not (Path(workdir) / part).exists():
-            raise UserError(
-                f"--warm-only: {Path(workdir) / part} not found; prepare the folder first with "
-                f"`scripts/benchmark.py data --workdir {workdir} --keep`"
-            )
+    work = Path(workdir)
+    needed = {KEPT_MARKER: is_kept_marker, "corpus/README.md": Path.is_file}
+    needed["cache/encoded"] = Path.is_dir
+    missing = [part for part, test in needed.items() if not test(work / part)]
+    if missing:
+        raise UserError(
+            f"--warm-only: --workdir {workdir} is not a folder that a finished "
+            f"`scripts/benchmark.py data --keep` run left (it lacks {work / missing[0]}); nothing "
+            "was written: pass such a folder, or make one with `scripts/benchmark.py data "
+            "--workdir NEW_FOLDER --keep`"
+        )
 
 
 def check_fresh_workdir(workdir: Path | None) -> None:

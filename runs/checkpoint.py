@@ -206,21 +206,37 @@ def check_distinct_weights(paths: list[Path], digests: list[str]) -> None:
         )
 
 
+def check_not_averaged(state: dict, path: Path) -> None:
+    """CheckpointError if a checkpoint is itself an average, naming the step files it averaged."""
+    if state.get("averaged") is None and state.get("averaged_steps") is None:
+        return
+    steps = ", ".join(str(step) for step in state.get("averaged_steps") or [])
+    files = ", ".join(str(file) for file in state.get("averaged") or []) or "its step files"
+    raise CheckpointError(
+        f"{path} is itself an average (of steps {steps or 'unrecorded'}): averaging it again "
+        f"would count its weights unevenly; pass the step checkpoints it averaged instead "
+        f"({files})"
+    )
+
+
 def average_checkpoints(paths: list[Path]) -> dict:
     """The first checkpoint with its model weights replaced by the mean over all of them.
 
-    Refused (CheckpointError) for checkpoints of different runs (other tokenizers or settings)
-    and for inputs holding the same weights (best.pt, last.pt, a copy: they would count twice).
+    Refused (CheckpointError) for checkpoints of different runs (other tokenizers or settings),
+    for inputs holding the same weights (best.pt, last.pt, a copy: they would count twice) and
+    for an input that is itself an average (its steps would count unevenly or twice).
     averaged_steps records the step of each input (the newest is the average's age),
     averaged_sha256 the weights_sha256 of each (all distinct).
     """
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
+    check_not_averaged(first, paths[0])
     total = {k: v.double() for k, v in first["model"].items()}
     steps, digests = [first.get("step")], [weights_sha256(first)]
     for path in paths[1:]:
         state = load_checkpoint(path)
+        check_not_averaged(state, path)
         check_same_run(first, paths[0], state, path)
         steps.append(state.get("step"))
         digests.append(weights_sha256(state))

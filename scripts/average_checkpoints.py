@@ -6,7 +6,8 @@ file is the oldest input with its model weights replaced by the element-wise mea
 it loads with weights_only and evaluates with `python evaluate.py run_dir=DIR checkpoint=F`.
 `checkpoint=avg:N` does the same in memory without writing anything. Inputs that hold the same
 weights (best.pt and last.pt beside the step file they copy, a renamed copy) are refused, named in
-one line: each set of weights counts once in the mean.
+one line: each set of weights counts once in the mean. An input that is itself an average is
+refused too, naming the step checkpoints it averaged: pass those instead.
 """
 
 import argparse

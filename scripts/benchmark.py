@@ -14,8 +14,10 @@ wrote there is deleted at the end unless ``--keep``), then times launches of the
 each in its own process as train.py runs it (``prepare_data``, lengths, ``plan_update``,
 ``TokenBatchSampler``): cold, warm, and warm on two gloo DDP ranks, phase by phase, with peak RSS
 and each rank's private memory.
-``--warm-only`` reuses the corpus and caches a ``--keep`` run left in ``--workdir``: the warm
-launches again, without generating or preparing anything.
+``--warm-only`` reuses the corpus and caches a finished ``--keep`` run left in ``--workdir``
+(recognised by the ``pe-nmt-benchmark-data.json`` it writes there last; any other folder is
+refused, nothing written in it): the warm launches again, without generating or preparing
+anything.
 
 ``decode`` (benchmarks/decode.py) times ``model.search.beam_search`` on a randomly
 initialised model of the dims of ``configs/model/<--model>.yaml``; ``--vs hf`` times Hugging Face

@@ -12,6 +12,7 @@ import torch
 
 from benchmarks.data import (
     EVAL_PAIRS,
+    KEPT_MARKER,
     PHASES,
     RARE_TYPES,
     ZIPF_A,
@@ -92,6 +93,7 @@ def test_warm_only_reuses_a_kept_workdir_and_refuses_what_is_not_one(tmp_path, c
     kept = benchmark_data(
         pairs=2000, workdir=work, keep=True, corpus_dir=shared_data("multi30k"), **settings
     )
+    assert (work / KEPT_MARKER).is_file()  # what --warm-only recognises the folder by
     corpus = sorted(p.stat().st_mtime_ns for p in (work / "corpus").rglob("*"))
     fig = benchmark_data(workdir=work, warm_only=True, **settings)
     assert set(fig["runs"]) == {"warm"} and fig["pairs"] == 2000 and fig["generate_s"] is None
@@ -106,6 +108,26 @@ def test_warm_only_reuses_a_kept_workdir_and_refuses_what_is_not_one(tmp_path, c
     with pytest.raises(UserError, match="the warm launch made them"):
         benchmark_data(workdir=work, warm_only=True, **settings)
     assert (work / "corpus").is_dir()  # a reused folder is kept
+
+
+@pytest.mark.parametrize("marker", [None, "not json", '{"pairs": 2000}'])
+def test_warm_only_refuses_a_users_folder_and_writes_nothing_there(tmp_path, capsys, marker):
+    work = tmp_path / "mine"  # a corpus/README.md and cache/encoded of the user's own
+    files = {"corpus/README.md": "# notes", "corpus/my_thesis.txt": "mine", "cache/encoded/x": "1"}
+    files |= {KEPT_MARKER: marker} if marker else {}
+    for name, text in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    tiny = ["--pairs", "300", "--vocab-size", "200", "--tokenizer-sample", "600", "--no-ddp"]
+    with pytest.raises(SystemExit) as raised:  # before: 3 tracebacks and a new warm/stderr.log
+        main(["data", *tiny, "--num-proc", "1", "--warm-only", "--workdir", str(work)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert raised.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"error: --warm-only: --workdir {work} is not a folder that a ")
+    assert f"lacks {work / KEPT_MARKER}" in err[0] and "--workdir NEW_FOLDER --keep" in err[0]
+    assert sorted(p.relative_to(work).as_posix() for p in work.rglob("*") if p.is_file()) == sorted(
+        files
+    )
 
 
 def test_a_workdir_holding_a_user_file_is_refused_and_the_file_kept(tmp_path, capsys):

@@ -3,6 +3,7 @@
 import os
 import pickle
 import shlex
+import shutil
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from runs.checkpoint import (
     weights_sha256,
 )
 from runs.run import load_run
+from tests.conftest import script_main
 
 
 def fake_state(step: int, seed: int | None = None) -> dict:
@@ -106,6 +108,34 @@ def test_averaging_counts_each_set_of_weights_once(tmp_path):
     assert averaged["averaged_sha256"] == [weights_sha256(fake_state(s)) for s in (1, 3)]
     save_checkpoint(fake_state(2, seed=3), ckpt_dir / "step_4.pt")  # step 3's weights again
     with pytest.raises(CheckpointError, match="step_4.pt holds the same weights as .*step_3.pt"):
+        load_run(tmp_path, "avg:2")
+
+
+def test_an_average_is_never_averaged_again(tmp_path, capsys):
+    """An averaged input would weigh its steps unevenly (or twice): refused, naming its steps."""
+    ckpt_dir = tmp_path / "checkpoints"
+    steps = [ckpt_dir / f"step_{step}.pt" for step in (15, 20)]
+    for step, path in zip((15, 20), steps, strict=True):
+        save_checkpoint(fake_state(step), path)
+    average = tmp_path / "avg1520.pt"
+    save_checkpoint(average_checkpoints(steps), average)
+    elsewhere = tmp_path / "other_run" / "checkpoints" / "avgx.pt"
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes(average.read_bytes())
+    for inputs, named in (([average, *steps], average), ([steps[1], elsewhere], elsewhere)):
+        with pytest.raises(CheckpointError) as refused:
+            average_checkpoints(inputs)
+        message = str(refused.value)
+        assert f"{named} is itself an average (of steps 15, 20)" in message and "\n" not in message
+        assert message.endswith(f"averaged instead ({steps[0]}, {steps[1]})")
+    out = tmp_path / "again.pt"
+    with pytest.raises(SystemExit) as raised:  # the script: one error line, nothing written
+        script_main("average_checkpoints")(["--out", str(out), str(average), *map(str, steps)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert raised.value.code == 1 and not out.exists()
+    assert err == [f"error: {message.replace(str(elsewhere), str(average))}"], err
+    shutil.copyfile(average, ckpt_dir / "step_25.pt")  # an average among the step files
+    with pytest.raises(CheckpointError, match="step_25.pt is itself an average"):
         load_run(tmp_path, "avg:2")
 
 
