@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from common.errors import UserError
 from common.files import read_json, write_json, write_text
-from data.corpus import load_split, loads_multi30k
+from data.corpus import load_split, loads_multi30k, read_lines
 from evaluation.evaluate import EVAL_NAME, evaluate_run
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
 from evaluation.statistics import (
@@ -32,7 +32,7 @@ from evaluation.statistics import (
 )
 from runs.events import read_scalars
 from runs.resume import setting_differences
-from runs.run import Run, RunFileError, search_settings
+from runs.run import Run, RunFileError, lines_sha256, search_settings
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +82,18 @@ def path_from_cwd(path: Path) -> str:
 
 
 def find_run_dirs(paths: list[Path]) -> list[Path]:
-    """Run directories (with metrics.json) among paths and below them; unfinished runs fail."""
+    """Run directories (with metrics.json) among paths and below them, links followed (a link
+    back to a folder above it is a loop, not walked again); unfinished runs fail."""
     found = []
     for path in paths:
         if not path.is_dir():
             raise CompareError(f"{path} is not a directory: pass a multirun folder or run folders")
-        for folder, subdirs, _ in os.walk(path):
-            here = Run(folder)
-            if here.is_finished():
+        above: dict[str, frozenset[Path]] = {str(path): frozenset()}  # resolved folders above
+        for folder, subdirs, _ in os.walk(path, followlinks=True):
+            here, real = Run(folder), Path(folder).resolve()
+            if real in above[folder]:  # a link loop: this folder is being walked already
+                subdirs.clear()
+            elif here.is_finished():
                 found.append(here.path)
                 subdirs.clear()
             elif here.is_run():
@@ -99,6 +103,7 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
                 )
             else:
                 subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+                above.update({os.path.join(folder, d): above[folder] | {real} for d in subdirs})
     if not found:
         raise CompareError(
             f"no run directories (folders with metrics.json) under {', '.join(map(str, paths))}"
@@ -267,8 +272,18 @@ def lr_scale(run: ScoredRun) -> float | None:
     return None if value is None else float(value)
 
 
-def corpus_identity(run: ScoredRun) -> tuple[str, str]:
-    """What a run's evaluation scored and with which vocabulary: (corpus and split, tokenizer).
+# what an evaluation records of the lines it scored, by content (written since they were kept)
+LINE_KEYS = (("sources_sha256", "source"), ("references_sha256", "reference"))
+
+
+def scored_by_content(*runs: ScoredRun) -> bool:
+    """Whether every evaluation records the sha256 of the sources and references it scored."""
+    return all(run.scores.get(key) for run in runs for key, _ in LINE_KEYS)
+
+
+def corpus_identity(run: ScoredRun, by_content: bool = False) -> dict:
+    """What a run's evaluation scored: the corpus, direction and (unless by_content: the lines'
+    sha256 say which, check_same_lines) the split or reference file by name.
 
     Multi30k is one corpus from any source (the hub, a local copy in its layout or as text:
     data.corpus.load_multi30k gives the same pairs), as it is for resume and the records."""
@@ -276,30 +291,60 @@ def corpus_identity(run: ScoredRun) -> tuple[str, str]:
     corpus = {
         "corpus": "Multi30k" if loads_multi30k(data) else data.get("corpus"),
         "direction": [data.get("src_lang"), data.get("tgt_lang")],
-        "split": run.scores.get("split"),
-        "ref_file": run.scores.get("ref_file"),
     }
-    return json.dumps(corpus, sort_keys=True, default=str), str(run.scores.get("tokenizer_sha256"))
+    if not by_content:  # evaluations written before the sha256 were kept: by name
+        corpus |= {"split": run.scores.get("split"), "ref_file": run.scores.get("ref_file")}
+    return corpus
+
+
+def flat(value: object, prefix: str = "") -> dict:
+    """Nested dicts as one dict of dotted keys ({"a": {"b": 1}} -> {"a.b": 1})."""
+    if not isinstance(value, dict) or not value:
+        return {prefix: value}
+    items = {}
+    for key, inner in value.items():
+        items |= flat(inner, f"{prefix}.{key}" if prefix else str(key))
+    return items
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """'key: a vs b' for each (dotted) key whose values differ, both values in full."""
+    a, b = flat(a), flat(b)
+    return [
+        f"{key}: {shown(a, key)} vs {shown(b, key)}"
+        for key in sorted(a.keys() | b.keys())
+        if shown(a, key) != shown(b, key)
+    ]
+
+
+def shown(values: dict, key: str) -> str:
+    """values[key] as JSON, or (absent)."""
+    return json.dumps(values[key], default=str, sort_keys=True) if key in values else "(absent)"
 
 
 def check_poolable(runs: list[ScoredRun]) -> None:
-    """CompareError unless every run was scored on one corpus with one tokenizer and one search.
+    """CompareError unless every run was scored on one corpus's lines with one tokenizer and one
+    search; the message names each differing setting with both values.
 
     Perplexity per subword and BLEU on different sentences, or BLEU of different searches, do
-    not compare: such runs are never pooled into one table.
+    not compare: such runs are never pooled into one table. The lines are told by content
+    where both evaluations record their sha256 (a copy of the files at another path is one
+    corpus), by the split's or file's name where one does not.
     """
     first = runs[0]
     for run in runs[1:]:
-        for what, a, b in zip(
-            ("corpus or evaluation split", "tokenizer", "search setting"),
-            (*corpus_identity(first), json.dumps(search_settings(first.scores))),
-            (*corpus_identity(run), json.dumps(search_settings(run.scores))),
-            strict=True,
+        by_content = scored_by_content(first, run)
+        tokenizers = [{"tokenizer_sha256": r.scores.get("tokenizer_sha256")} for r in (first, run)]
+        for what, a, b in (
+            ("corpus or evaluation split", *(corpus_identity(r, by_content) for r in (first, run))),
+            ("tokenizer", *tokenizers),
+            ("search setting", search_settings(first.scores), search_settings(run.scores)),
         ):
-            if a != b:
+            changed = differences(a, b)
+            if changed:
                 raise CompareError(
                     f"{first.path} and {run.path} were scored with different {what}s "
-                    f"({a[:80]} vs {b[:80]}): compare runs of one corpus, tokenizer and search"
+                    f"({'; '.join(changed)}): compare runs of one corpus, tokenizer and search"
                 )
         check_same_lines(first, run)
 
@@ -307,13 +352,12 @@ def check_poolable(runs: list[ScoredRun]) -> None:
 def check_same_lines(first: ScoredRun, run: ScoredRun) -> None:
     """CompareError where two evaluations scored other sources or references (same path or
     split, edited lines); evaluations written before the hashes were kept are not checked."""
-    for key, what in (("sources_sha256", "source"), ("references_sha256", "reference")):
+    for key, what in LINE_KEYS:
         a, b = first.scores.get(key), run.scores.get(key)
         if None not in (a, b) and a != b:
             raise CompareError(
-                f"{first.path} and {run.path} were scored against other {what} lines (sha256 "
-                f"{a[:12]} vs {b[:12]}, the same {run.scores.get('split') or 'files'} by name): "
-                "evaluate them again on one copy"
+                f"{first.path} and {run.path} were scored against other {what} lines ({key}: "
+                f"{a} vs {b}): evaluate them again on one copy of the same lines"
             )
 
 
@@ -344,42 +388,65 @@ def hypotheses(run: ScoredRun) -> list[str]:
 
 
 def references(run: ScoredRun, refs_file: Path | None) -> list[str]:
-    """References for a run's evaluation: --refs, or its split from the run's stored config."""
+    """References for a run's evaluation: --refs, its ref_file, or its split from the config it
+    recorded (else the run's stored config), checked against what it scored (check_references)."""
     if refs_file is not None:
-        if not refs_file.is_file():
-            raise CompareError(f"--refs {refs_file} is not a file: give the references, one a line")
-        refs = refs_file.read_text(encoding="utf-8").splitlines()
-        scored = len(hypotheses(run))
-        if len(refs) != scored:
-            raise CompareError(
-                f"--refs {refs_file} has {len(refs)} lines but {run.path}'s {run.scores['name']} "
-                f"has {scored} hypotheses: pass the references of those sentences, one a line"
-            )
-        return refs
+        return file_references(run, refs_file, "--refs")
     if run.scores.get("ref_file"):  # an evaluation of files records them (absolute)
-        return references(run, Path(run.scores["ref_file"]))
+        return file_references(run, Path(run.scores["ref_file"]), "the ref_file")
     if run.scores.get("split") and run.scores.get("data"):  # the corpus config it scored
-        try:
-            return list(load_split(run.scores["data"], run.scores["split"])["tgt"])
-        except (UserError, ValueError) as e:
+        data_cfg, split = run.scores["data"], run.scores["split"]
+    else:  # evaluations that recorded neither
+        split = str(run.scores["name"]).split("-", 1)[0]
+        if not run.run.has_config():
             raise CompareError(
-                f"cannot load the references of {run.scores['name']} (split "
-                f"{run.scores['split']!r}) for {run.path}: {e}; pass --refs FILE or --resamples 0"
-            ) from e
-    split = str(run.scores["name"]).split("-", 1)[0]  # evaluations that recorded neither
-    if not run.run.has_config():
-        raise CompareError(
-            f"{run.path} has no stored training config to find the references of "
-            f"{run.scores['name']}: pass --refs FILE (one reference a line) or --resamples 0"
-        )
-    data_cfg = run.run.resolved_config()["data"]
+                f"{run.path} has no stored training config to find the references of "
+                f"{run.scores['name']}: pass --refs FILE (one reference a line) or --resamples 0"
+            )
+        data_cfg = run.run.resolved_config()["data"]
     try:
-        return list(load_split(data_cfg, split)["tgt"])
-    except UserError as e:
+        refs = list(load_split(data_cfg, split)["tgt"])
+    except (UserError, ValueError) as e:
         raise CompareError(
             f"cannot load the references of {run.scores['name']} (split {split!r}) for "
             f"{run.path}: {e}; pass --refs FILE or --resamples 0"
         ) from e
+    return check_references(run, refs, f"split {split!r}")
+
+
+def file_references(run: ScoredRun, path: Path, named: str) -> list[str]:
+    """The references in a file (--refs, or the ref_file an evaluation recorded), read as
+    evaluate.py reads them and checked against what the evaluation scored."""
+    if not path.is_file():
+        raise CompareError(f"{named} {path} is not a file: give the references, one a line")
+    try:
+        refs = read_lines(path, named)
+    except UserError as e:
+        raise CompareError(f"{e}; pass the references as UTF-8 text, one a line") from None
+    return check_references(run, refs, f"{named} {path}")
+
+
+def check_references(run: ScoredRun, refs: list[str], where: str) -> list[str]:
+    """refs without the lines the evaluation skipped (skipped_indices), CompareError unless they
+    are as many as its hypotheses and, where it kept their sha256, the lines it scored."""
+    scored, skipped = len(hypotheses(run)), run.scores.get("skipped_indices") or []
+    if skipped and len(refs) == scored + len(skipped):  # the whole file, as evaluate.py read it
+        left_out = set(skipped)
+        refs = [ref for i, ref in enumerate(refs) if i not in left_out]
+    name = f"{run.path}'s {run.scores['name']}"
+    if len(refs) != scored:
+        raise CompareError(
+            f"{where} has {len(refs)} lines but {name} has {scored} hypotheses: pass the "
+            "references of those sentences, one a line"
+        )
+    kept = run.scores.get("references_sha256")
+    if kept is not None and lines_sha256(refs) != kept:
+        raise CompareError(
+            f"{where} holds other lines than {name} scored against (references_sha256: "
+            f"{lines_sha256(refs)} vs {kept}): pass --refs with the references it scored, "
+            "or --resamples 0"
+        )
+    return refs
 
 
 def seed_pair(baseline: list[ScoredRun], other: list[ScoredRun]) -> tuple[ScoredRun, ScoredRun]:

@@ -318,7 +318,7 @@ def test_runs_of_another_search_are_never_pooled(tmp_path, capsys, toy_validatio
     scores["min_len"] = 1  # no empty translation: another search
     scores_path.write_text(json.dumps(scores))
     err = error_of(capsys, tmp_path, "--resamples", "0")
-    assert "different search settings" in err and '"min_len": 1' in err
+    assert "different search settings (min_len: 1 vs 0)" in err
 
 
 def test_compare_reads_a_real_run(trained_run, tmp_path):
@@ -463,7 +463,7 @@ def test_evaluations_against_edited_references_are_not_pooled(tmp_path, toy_vali
         scores = json.loads(path.read_text()) | {"references_sha256": refs * 64}
         path.write_text(json.dumps(scores))
     err = error_of(capsys, tmp_path / "a", "--resamples", "0", "--out", tmp_path / "o")
-    assert "scored against other reference lines (sha256 yyyyyyyyyyyy vs xxxxxxxxxxxx" in err
+    assert f"other reference lines (references_sha256: {'y' * 64} vs {'x' * 64})" in err
 
 
 def test_an_evaluation_is_current_while_the_checkpoint_it_scored_is_unchanged(
@@ -526,3 +526,92 @@ def test_the_bootstrap_reads_the_runs_own_hypotheses_and_checks_them(
     assert f"({len(lines) - 1} lines, {len(lines)} scored" in error_of(capsys, *args)
     hyp.unlink()
     assert "is missing" in error_of(capsys, *args)
+
+
+def test_links_to_run_folders_are_followed(tmp_path, toy_validation, capsys):
+    """A folder of links to runs is searched through them, a link loop walked once; two links
+    to one run are one run (was: no run directories, either way)."""
+    runs = [
+        make_run(tmp_path / "runs", position, 1, toy_validation)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    for i, run in enumerate(runs):
+        (tmp_path / "multi2" / f"r{i}").parent.mkdir(exist_ok=True)
+        (tmp_path / "multi2" / f"r{i}").symlink_to(run, target_is_directory=True)
+    (tmp_path / "multi2" / "loop").symlink_to(tmp_path / "multi2", target_is_directory=True)
+    result = main([str(tmp_path / "multi2"), "--resamples", "0", "--out", str(tmp_path / "o")])
+    assert [row["n"] for row in result["variants"]] == [1, 1]
+    (tmp_path / "same").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "same" / name).symlink_to(runs[0], target_is_directory=True)
+    err = error_of(capsys, tmp_path / "same", "--resamples", "0", "--out", tmp_path / "o2")
+    assert "are one run (run id " in err and "pass one of them" in err
+
+
+def scored_files(run, folder, toy_validation, by_content: bool = True) -> None:
+    """Make run's evaluation one of src_file/ref_file copies in folder (as evaluate.py records
+    them: absolute paths, no split; by_content: with the sha256 of the lines it scored)."""
+    srcs, refs = toy_validation
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "a.en").write_text("".join(line + "\n" for line in srcs))
+    (folder / "a.de").write_text("".join(line + "\n" for line in refs))
+    path = run / "eval" / "validation-last-beam4.json"
+    scores = json.loads(path.read_text()) | {
+        "split": None,
+        "src_file": str(folder / "a.en"),
+        "ref_file": str(folder / "a.de"),
+    }
+    hashes = {"sources_sha256": lines_sha256(srcs), "references_sha256": lines_sha256(refs)}
+    scores = scores | hashes if by_content else {k: v for k, v in scores.items() if k not in hashes}
+    path.write_text(json.dumps(scores))
+
+
+def test_one_corpus_at_two_paths_pools_by_content(tmp_path, toy_validation, capsys):
+    """Byte-identical copies of the scored files pool (was: refused by path, the message cut
+    off before the difference); evaluations without the sha256 still differ by path, named."""
+    runs = [
+        make_run(tmp_path / "a", position, 1, toy_validation)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    for run, folder in zip(runs, ("p", "copy"), strict=True):
+        scored_files(run, tmp_path / folder, toy_validation)
+    result = main([str(tmp_path / "a"), "--resamples", "20", "--out", str(tmp_path / "o")])
+    assert [row["n"] for row in result["variants"]] == [1, 1]
+    assert result["differences"][0]["bootstrap"]["resamples"] == 20
+    scored_files(runs[1], tmp_path / "copy", toy_validation, by_content=False)  # an older one
+    err = error_of(capsys, tmp_path / "a", "--resamples", "0", "--out", tmp_path / "o2")
+    copy, original = tmp_path / "copy" / "a.de", tmp_path / "p" / "a.de"
+    assert f'(ref_file: "{copy}" vs "{original}")' in err
+    assert "different corpus or evaluation splits" in err
+
+
+def test_the_tokenizer_difference_is_named_in_full(tmp_path, capsys, toy_validation):
+    make_run(tmp_path, "SinusoidalPositionEncoding", 1, toy_validation)
+    make_run(tmp_path, "LearnedPositionEncoding", 1, toy_validation, tokenizer="cd" * 32)
+    err = error_of(capsys, tmp_path, "--resamples", "0")
+    assert f'(tokenizer_sha256: "{"cd" * 32}" vs "{"ab" * 32}")' in err
+
+
+def test_refs_are_checked_against_the_lines_scored(tmp_path, toy_validation, capsys):
+    """--refs byte-identical to what the evaluations scored is accepted; one with an edited
+    line is refused, naming --refs and the sha256 (was: its line count alone was checked)."""
+    runs = [
+        make_run(tmp_path / "a", position, 1, toy_validation)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    for run, folder in zip(runs, ("p", "copy"), strict=True):
+        scored_files(run, tmp_path / folder, toy_validation)
+    refs = tmp_path / "refs.de"
+    shutil.copyfile(tmp_path / "p" / "a.de", refs)
+    args = [tmp_path / "a", "--refs", refs, "--resamples", "20", "--out", tmp_path / "o"]
+    main([*map(str, args)])
+    lines = refs.read_text().split("\n")
+    refs.write_text("\n".join(["edited", *lines[1:]]))
+    err = error_of(capsys, *args[:-1], tmp_path / "o2")
+    assert f"--refs {refs} holds other lines than" in err and "(references_sha256: " in err
+    assert not (tmp_path / "o2").exists()
+    refs.write_text("\n".join([*lines[:2], "too long", *lines[2:]]))  # as long_inputs=skip left
+    for run in runs:
+        path = run / "eval" / "validation-last-beam4.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"skipped_indices": [2]}))
+    main([*map(str, args)])
