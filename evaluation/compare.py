@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.errors import UserError
-from common.files import read_json, write_json, write_text
+from common.files import read_json, replaced_folder, write_json, write_text
 from data.corpus import load_split, loads_multi30k, read_lines
 from evaluation.evaluate import EVAL_NAME, evaluate_run
 from evaluation.plots import plot_bleu_by_length, plot_bleu_by_variant, plot_dev_ppl_curves
@@ -759,14 +759,18 @@ def baseline_differences(
 
 
 def write_comparison(result: dict, out_dir: Path) -> None:
-    """compare.md, compare.json and the three plots into out_dir."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """compare.md, compare.json and the three plots into out_dir, swapped in as a whole: a kill
+    leaves the earlier comparison there, never new tables beside old figures (other files of
+    the folder stay)."""
     result["out_dir"] = str(out_dir)
-    write_text(out_dir / "compare.md", markdown(result))
-    write_json(out_dir / "compare.json", result)
-    plot_bleu_by_variant(result, out_dir / "bleu_by_variant.png")
-    plot_bleu_by_length(result, out_dir / "bleu_by_length.png")
-    plot_dev_ppl_curves(result, out_dir / "dev_ppl_curves.png")
+    folder = Path(out_dir).resolve()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with replaced_folder(folder) as staging:
+        write_text(staging / "compare.md", markdown(result))
+        write_json(staging / "compare.json", result)
+        plot_bleu_by_variant(result, staging / "bleu_by_variant.png")
+        plot_bleu_by_length(result, staging / "bleu_by_length.png")
+        plot_dev_ppl_curves(result, staging / "dev_ppl_curves.png")
 
 
 def compare(

@@ -615,3 +615,34 @@ def test_refs_are_checked_against_the_lines_scored(tmp_path, toy_validation, cap
         path = run / "eval" / "validation-last-beam4.json"
         path.write_text(json.dumps(json.loads(path.read_text()) | {"skipped_indices": [2]}))
     main([*map(str, args)])
+
+
+def test_a_comparison_killed_while_writing_leaves_the_earlier_one_whole(
+    tmp_path, toy_validation, monkeypatch
+):
+    """The tables and figures of one comparison, or of the earlier one, never mixed (was: a kill
+    after compare.json left the earlier figures beside the new tables)."""
+    import evaluation.compare
+
+    for position in VARIANT:
+        make_run(tmp_path / "runs", position, 1, toy_validation)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    main([str(tmp_path / "runs"), "--resamples", "0", "--out", str(out)])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for position in VARIANT:  # a second seed: the next comparison differs in every file
+        make_run(tmp_path / "runs", position, 2, toy_validation)
+
+    def killed(*args):
+        raise KeyboardInterrupt  # after compare.md and compare.json were written
+
+    monkeypatch.setattr(evaluation.compare, "plot_dev_ppl_curves", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main([str(tmp_path / "runs"), "--resamples", "0", "--out", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "runs"]  # no staging left
+    monkeypatch.undo()
+    result = main([str(tmp_path / "runs"), "--resamples", "0", "--out", str(out)])
+    assert json.loads((out / "compare.json").read_text())["runs"] == result["runs"]
+    assert (out / "notes.txt").read_text() == "mine\n"
