@@ -246,7 +246,7 @@ def check_scored_this_run(run_dir: Path, path: Path, metrics: dict, scores: dict
         )
 
 
-def check_fresh(run: ScoredRun, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
+def check_fresh(run: Run, path: Path, metrics: dict, scores: dict, allow_stale: bool) -> bool:
     """Whether an evaluation is stale: not current by runs.Run.is_current (the weights it
     scored are no longer the run's). A stale evaluation (or one that records no step: written
     before evaluations did) is a CompareError, or with allow_stale a flagged row.
@@ -256,7 +256,14 @@ def check_fresh(run: ScoredRun, path: Path, metrics: dict, scores: dict, allow_s
         return False
     if allow_stale:
         return True
-    age = f"scored step {step}" if step is not None else "records no checkpoint step"
+    name, recorded = scores.get("checkpoint_file"), scores.get("checkpoint_sha256")
+    kept = run.checkpoints / Path(str(name)).name
+    if name and recorded and kept.is_file():  # the file is there, its content is not
+        age = f"scored {kept} with sha256 {str(recorded)[:12]}, which that file no longer has,"
+    elif step is not None:
+        age = f"scored step {step}"
+    else:
+        age = "records no checkpoint step"
     raise CompareError(
         f"{path} {age} but {run_dir} trained to step {last}: pass --score to re-evaluate it "
         f"(or run `python evaluate.py run_dir={run_dir} name={scores.get('name')}` with its "
@@ -792,6 +799,11 @@ def compare(
     """
     if resamples < 0:  # a negative count would turn the bootstrap off without a word
         raise CompareError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
+    if refs_file is not None and resamples == 0:  # read by the bootstrap alone
+        raise CompareError(
+            f"--refs {refs_file} is read by the paired bootstrap only, and --resamples 0 turns it "
+            "off: leave --refs out, or pass --resamples N"
+        )
     runs, used = read_runs(paths, eval_name, allow_stale, score)
     groups, order = group_runs(runs, baseline)
     curves = {r.path: dev_ppl_curve(r.path) for r in runs}

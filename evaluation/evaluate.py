@@ -139,6 +139,33 @@ def check_sources(cfg: DictConfig) -> None:
         )
 
 
+def check_read(cfg: DictConfig) -> None:
+    """Raise UserError for an option this evaluation would leave unread: a key evaluate.py has
+    not (an appended +key), name= with translate=true, the other engine's precision."""
+    known = set(OmegaConf.load(CONFIG_DIR / "evaluate.yaml")) - {"defaults", "hydra"}
+    unknown = sorted(str(key) for key in cfg if key not in known)
+    if unknown:
+        raise UserError(
+            f"{unknown[0]}: evaluate.py reads no such option (its options: configs/evaluate.yaml); "
+            "check the spelling"
+        )
+    if cfg.translate and cfg.name:
+        raise UserError(
+            f"name={cfg.name} names an evaluation's files, and translate=true writes none (it "
+            "answers on stdout): leave name out, or score a file with src_file= and name="
+        )
+    if cfg.engine == "ours" and cfg.ctranslate2_compute_type != "default":
+        raise UserError(
+            f"ctranslate2_compute_type={cfg.ctranslate2_compute_type} is read by "
+            "engine=ctranslate2 only: add engine=ctranslate2, or set precision= for ours"
+        )
+    if cfg.engine == "ctranslate2" and cfg.precision != "auto":
+        raise UserError(
+            f"precision={cfg.precision} sets engine=ours' arithmetic: with engine=ctranslate2 "
+            "pass ctranslate2_compute_type= (e.g. int8, bfloat16) instead"
+        )
+
+
 def check_options(cfg: DictConfig) -> None:
     """Raise UserError naming the first evaluation option out of range."""
     if OmegaConf.is_missing(cfg, "run_dir"):
@@ -146,6 +173,7 @@ def check_options(cfg: DictConfig) -> None:
     if not isinstance(cfg.get("translate", False), bool):  # `maybe` would read stdin as true
         raise UserError(f"translate={cfg.translate}: pass true (read stdin) or false")
     check_sources(cfg)
+    check_read(cfg)
     check_finite(cfg)
     whole_number(cfg, "beam", 1, f"from 1 (greedy) to {MAX_BEAM} (the paper: 4)")
     if cfg.beam > MAX_BEAM:
@@ -368,7 +396,8 @@ def search_record(cfg: DictConfig, precision: str, position_override: dict) -> d
         "max_len_b": cfg.max_len_b,
         "min_len": cfg.min_len,
         "max_input_len": cfg.max_input_len,
-        "precision": precision,  # resolved: fp32, bf16 or fp16
+        # resolved: fp32, bf16 or fp16 (our search's; CTranslate2's is its compute type)
+        "precision": precision if cfg.engine == "ours" else None,
         "position_override": position_override,
         "engine": cfg.engine,
         **({"nbest": cfg.nbest} if cfg.nbest > 1 else {}),  # the 1-best is scored either way

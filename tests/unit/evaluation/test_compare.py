@@ -232,6 +232,12 @@ def test_errors_are_one_clear_line(tmp_path, capsys, toy_validation):
     make_run(tmp_path / "b", "SinusoidalPositionEncoding", 1, toy_validation, name="validation-x")
     make_run(tmp_path / "b", "LearnedPositionEncoding", 1, toy_validation, name="validation-y")
     assert "--eval NAME" in error_of(capsys, tmp_path / "b")
+    refs = tmp_path / "refs.de"
+    refs.write_text("a\n")  # read by the bootstrap alone: with --resamples 0, never
+    err = error_of(
+        capsys, tmp_path / "b", "--eval", "validation-x", "--refs", refs, "--resamples", "0"
+    )
+    assert "--refs" in err and "--resamples 0 turns it off" in err
 
 
 def test_variants_are_told_apart_by_choice_name_not_class(tmp_path, toy_validation):
@@ -490,7 +496,7 @@ def test_an_evaluation_is_current_while_the_checkpoint_it_scored_is_unchanged(
     assert not any(r["stale"] for r in result["runs"])  # step 300 of a 401-step run, current
     (runs[1] / "checkpoints" / "best.pt").write_bytes(b"a later best")
     err = error_of(capsys, tmp_path / "a", "--eval", name, "--resamples", "0")
-    assert "scored step 300 but" in err and "--allow-stale" in err
+    assert "best.pt with sha256" in err and "no longer has" in err and "--allow-stale" in err
     path = runs[1] / "eval" / f"{name}.json"
     path.write_text(json.dumps(json.loads(path.read_text()) | {"step": 500}))
     err = error_of(capsys, tmp_path / "a", "--eval", name, "--resamples", "0")

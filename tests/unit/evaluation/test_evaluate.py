@@ -241,6 +241,23 @@ def test_translate_with_a_split_is_refused_before_reading_stdin(tmp_path):
     ]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["translate=true", "+beem=2"], r"^beem: evaluate.py reads no such option"),
+        (["translate=true", "name=foo"], r"^name=foo names an evaluation's files, and translate"),
+        (["ctranslate2_compute_type=int8"], r"^ctranslate2_compute_type=int8 is read by engine="),
+        (["engine=ctranslate2", "precision=bf16"], r"^precision=bf16 sets engine=ours'"),
+    ],
+)
+def test_an_option_the_evaluation_would_leave_unread_is_refused(tmp_path, overrides, says):
+    """Each was accepted and ignored without a word (a misspelt key, a name no file takes, the
+    other engine's precision, recorded as if it had been used)."""
+    with pytest.raises(UserError, match=says):
+        evaluate(eval_config(tmp_path, *overrides))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_infinite_override_is_refused_naming_the_key(tmp_path):
     overrides = ["position_override.scaling=linear", "position_override.factor=inf"]
     with pytest.raises(UserError, match=r"^position_override.factor=inf: pass a finite number"):
