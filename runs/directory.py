@@ -29,11 +29,11 @@ from omegaconf import DictConfig
 
 from common.errors import UserError
 from runs.record import SEGMENTS_FILE, read_segments
-from runs.run import DATA_FILE, EVALUATIONS, METRICS_FILE, TENSORBOARD
+from runs.run import DATA_FILE, EVALUATIONS, LOG_FILE, METRICS_FILE, TENSORBOARD
 
 LOCK_FILE = ".lock"
 # What an earlier run leaves in its directory besides checkpoints, and what start_over deletes.
-EARLIER_FILES = (METRICS_FILE, SEGMENTS_FILE, DATA_FILE)
+EARLIER_FILES = (METRICS_FILE, SEGMENTS_FILE, DATA_FILE, LOG_FILE)
 EARLIER_FOLDERS = (EVALUATIONS, TENSORBOARD, ".hydra")
 
 log = logging.getLogger(__name__)
@@ -256,13 +256,18 @@ def earlier_records(run_dir: str | Path) -> list[str]:
 
     segments.json counts unless every launch it lists started at step 0 and died before its
     end (killed before any checkpoint: it trained nothing that is left, so training afresh
-    with the same command continues the record honestly).
+    with the same command continues the record honestly). Where no launch is recorded, a
+    train.log or TensorBoard events are another run's (copied or left there): they count.
     """
     run_dir = Path(run_dir)
     found = ["metrics.json"] if (run_dir / "metrics.json").is_file() else []
     segments = read_segments(run_dir)
     if any(s.get("start_step") != 0 or s.get("end_step") is not None for s in segments):
         found.append(SEGMENTS_FILE)
+    if not segments and (run_dir / LOG_FILE).is_file() and (run_dir / LOG_FILE).stat().st_size:
+        found.append(LOG_FILE)
+    if not segments and any(p.is_file() for p in (run_dir / TENSORBOARD).rglob("*")):
+        found.append(f"{TENSORBOARD}/")
     if any(p.is_file() for p in (run_dir / "eval").glob("*")):
         found.append("eval/")
     return found

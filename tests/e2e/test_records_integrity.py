@@ -301,6 +301,21 @@ def test_records_without_checkpoints_are_refused_unless_the_run_starts_over(
     assert not (run_dir / "eval").exists()
 
 
+def test_another_runs_log_and_events_alone_are_earlier_records(six_steps, cache_dir, tmp_path):
+    """A folder holding only another run's train.log and TensorBoard events (was: the launch
+    appended to that log and left the events beside its own, without a word)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "train.log").write_text("[2026-12-01 10:00:00][train][INFO] - another run\n")
+    shutil.copytree(six_steps / "tensorboard", run_dir / "tensorboard")
+    before = snapshot(run_dir)
+    with pytest.raises(EarlierRecordsError, match=r"\(train.log, tensorboard/\)"):
+        run(cache_dir, run_dir, 2, "seed=5")
+    assert snapshot(run_dir) == before
+    run(cache_dir, run_dir, 2, "seed=5", "trainer.start_over=true")
+    assert not (run_dir / "train.log").exists()  # deleted (in-process: no log file written)
+
+
 def test_a_launch_killed_before_its_first_checkpoint_is_trained_afresh(cache_dir, tmp_path):
     run_dir = tmp_path / "run"
     start_segment(run_dir, 0, ["seed=1"], [])  # a launch killed before it saved anything

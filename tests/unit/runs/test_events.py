@@ -15,10 +15,18 @@ def train_tiny(run_dir, cache_dir, steps: int, every: int) -> None:
 
 
 def test_events_another_run_left_in_the_folder_are_not_read(tmp_path, cache_dir):
+    import pytest
+
+    from runs.directory import EarlierRecordsError
+
     other, run = tmp_path / "other", tmp_path / "run"
     train_tiny(other, cache_dir, 8, 4)
     shutil.copytree(other / "tensorboard", run / "tensorboard")  # left there, then a new run
+    with pytest.raises(EarlierRecordsError, match=r"\(tensorboard/\)"):  # refused: whose?
+        train_tiny(run, cache_dir, 6, 3)
+    shutil.rmtree(run / "tensorboard")
     train_tiny(run, cache_dir, 6, 3)
+    shutil.copytree(other / "tensorboard", run / "tensorboard", dirs_exist_ok=True)  # after it
     assert sorted(read_scalars(run)["dev/ppl"]) == [3, 6]  # was [3, 4, 6, 8]
     assert sorted(read_scalars(other)["dev/ppl"]) == [4, 8]
 
