@@ -378,7 +378,11 @@ class Run:
         stored = read_run_id(self.path)
         if stored is not None:
             return stored
-        return run_id(self.resolved_config(), self.data_summary()) if self.has_config() else None
+        if not self.has_config():
+            return None
+        # metrics.json records the precision since fp16 came; the runs before it were fp32 ones
+        precision = (self.finished_metrics() or {}).get("precision") or "fp32"
+        return run_id(self.resolved_config(), self.data_summary(), precision)
 
     # -- older formats read as today's
     def variant(self, metrics: dict, scores: dict | None, names: dict[str, str]) -> str:
@@ -403,10 +407,12 @@ def checkpoint_sha256(path: Path) -> str:
     return _sha256_of(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
-def run_id(config: dict, data_summary: dict) -> str:
+def run_id(config: dict, data_summary: dict, precision: str = "fp32") -> str:
     """A run's identity from its content: every setting that changes its training (not where
     its files are, how often it logs or saves, nor its budget: runs.resume's KEEP_THE_MATH),
-    its seed, and the fingerprints of the text and tokenizer it trained on; 16 hex digits.
+    the arithmetic trainer.precision resolved to (bf16, fp16; fp32 adds nothing, so the ids
+    given before it counted stay), its seed, and the fingerprints of the text and tokenizer it
+    trained on; 16 hex digits.
 
     The same run read from its folder, a link, a copy or its record has one id; two seeds, two
     rates or two corpora have two.
@@ -423,6 +429,7 @@ def run_id(config: dict, data_summary: dict) -> str:
         "text": {split: text.get(split) for split in ("train", "validation")},
         "train_ids": prints.get("train_ids"),
         "tokenizer": prints.get("tokenizer_sha256"),
+        **({"precision": precision} if precision != "fp32" else {}),
     }
     encoded = json.dumps(content, sort_keys=True, default=str).encode("utf-8")
     return hashlib.sha256(encoded).hexdigest()[:16]

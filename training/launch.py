@@ -797,7 +797,7 @@ def start_launch(cfg, resumed, changes, data, state, plan, corpus, precision) ->
             changes,
             machine,
             code_version(),
-            run_id(stored_config(cfg), Run(run_dir).data_summary()),
+            run_id(stored_config(cfg), Run(run_dir).data_summary(), precision),
         )  # fmt: skip
         if main_rank
         else None
@@ -925,6 +925,7 @@ def final_metrics(state, progress, dev, cfg, plan: UpdatePlan, world, run_info) 
         "parameters": count_parameters(state.model),
         "position": cfg.position._target_.rsplit(".", 1)[-1],
         "position_choice": run_info["choices"]["position"],
+        "precision": run_info["precision"],  # what trainer.precision resolved to
         "seed": cfg.seed,
         "update_freq": plan.update_freq,
         "max_tokens": plan.max_tokens,

@@ -185,6 +185,10 @@ def test_run_id_is_what_was_trained_not_where_it_lies():
     assert run_id(identity_config(lr=0.5), SUMMARY) != first
     other_text = {"fingerprints": {"text": {"train": {"sha256": "cc"}}, "tokenizer_sha256": "bb"}}
     assert run_id(identity_config(), other_text) != first
+    # the arithmetic it trained in (was: an fp16 run and its fp32 twin were "one run")
+    assert run_id(identity_config(), SUMMARY, "fp32") == first
+    halves = {run_id(identity_config(), SUMMARY, p) for p in ("fp16", "bf16")}
+    assert len(halves) == 2 and first not in halves
 
 
 def test_a_runs_identity_is_the_recorded_one_else_derived(tmp_path):
