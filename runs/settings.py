@@ -7,6 +7,8 @@ SLURM sweep whose jobs get no GPU while trainer.device wants one, before anythin
 """
 
 import math
+import shutil
+import subprocess
 import sys
 
 from hydra.experimental.callback import Callback
@@ -176,6 +178,40 @@ def check_launcher_gpus(launcher: DictConfig, device, name: str | None = None) -
     )
 
 
+def sinfo_gres(partition: str | None) -> list[str] | None:
+    """The generic resources (gres) of the SLURM cluster's nodes, one entry a node group, as
+    `sinfo -o %G` gives them; None where sinfo is missing or answers nothing (no controller)."""
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return None
+    command = [sinfo, "-h", "-o", "%G", *(["-p", partition] if partition else [])]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.split() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def check_cluster_gpus(launcher: DictConfig, name: str | None, gres=sinfo_gres) -> None:
+    """SettingError for a SLURM launcher asking for GPUs that no node of the cluster (or of its
+    partition) has: sbatch would refuse the sweep with a traceback after making its folder."""
+    target = str(launcher.get("_target_") or "")
+    if not target.endswith("SlurmLauncher") or not slurm_gpus_requested(launcher):
+        return
+    partition = launcher.get("partition")
+    found = gres(str(partition) if partition else None)
+    if found is None or any("gpu" in entry for entry in found):
+        return
+    where = f"partition {partition}" if partition else "node of this SLURM cluster"
+    raise SettingError(
+        f"hydra/launcher={name or target} asks for GPUs (hydra.launcher.gpus_per_node="
+        f"{launcher.get('gpus_per_node')}) but no {where} has any (sinfo gres: "
+        f"{', '.join(found)}): pass hydra.launcher.partition=<one with GPUs>, or train on its "
+        "CPUs with hydra.launcher.gpus_per_node=0 hydra.launcher.tasks_per_node=1 "
+        "trainer.device=cpu"
+    )
+
+
 class LauncherGpuCheck(Callback):
     """A Hydra callback: check_launcher_gpus before a sweep submits anything, one `error:` line.
 
@@ -189,6 +225,7 @@ class LauncherGpuCheck(Callback):
             check_launcher_gpus(
                 config.hydra.launcher, config.trainer.device, choice.get("hydra/launcher")
             )
+            check_cluster_gpus(config.hydra.launcher, choice.get("hydra/launcher"))
         except SettingError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(1)

@@ -9,6 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
+import runs.settings
 from runs.resume import KEEP_THE_MATH, setting_differences
 from runs.settings import SettingError, check_training_settings
 from tests.conftest import CONFIG_DIR, ROOT, compose_config
@@ -139,6 +140,30 @@ def test_a_slurm_sweep_without_gpus_on_a_gpu_device_is_one_line(device):
         ["hydra/launcher=submitit_local"],  # not SLURM: this machine's own devices
     ],
 )
-def test_a_sweep_that_asks_for_gpus_or_cpus_passes(overrides):
+def test_a_sweep_that_asks_for_gpus_or_cpus_passes(overrides, monkeypatch):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    monkeypatch.setattr(runs.settings, "sinfo_gres", lambda partition: ["gpu:a100:8"])
     assert gpu_check_refuses(launcher_config(*overrides)) is None
+
+
+@pytest.mark.parametrize("partition", [None, "cpus"])
+def test_a_sweep_asking_for_gpus_no_node_has_is_one_line(partition):
+    """sbatch would refuse it with a traceback, after the sweep folder was made (was)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    cfg = launcher_config("hydra/launcher=slurm", "experiment=table3_base")
+    asked = []
+
+    def gres(part):
+        asked.append(part)
+        return ["(null)", "mps:2"]
+
+    if partition:
+        cfg.hydra.launcher.partition = partition
+    with pytest.raises(runs.settings.SettingError) as refused:
+        runs.settings.check_cluster_gpus(cfg.hydra.launcher, "slurm", gres)
+    where = f"no partition {partition}" if partition else "no node of this SLURM cluster"
+    message = str(refused.value)
+    assert f"asks for GPUs (hydra.launcher.gpus_per_node=8) but {where} has any" in message
+    assert "(sinfo gres: (null), mps:2)" in message and asked == [partition]
+    for found in (None, ["gpu:1", "(null)"]):  # no answer (no controller), or a GPU node
+        runs.settings.check_cluster_gpus(cfg.hydra.launcher, "slurm", lambda part, f=found: f)
