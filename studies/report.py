@@ -640,8 +640,9 @@ def write_report(
         raise StudyError(f"--resamples {resamples}: pass 0 (no bootstrap) or more")
     if not any(Path(root).glob(f"**/{STUDY_FILE}")):
         raise StudyError(
-            f"no scored runs under {root} (no {STUDY_FILE}): pass --root a record store of "
-            "scored runs"
+            f"no scored runs under {root} (no {STUDY_FILE}, the records the German study's "
+            "tools kept): pass --root such a store; a store scripts/run_study.py wrote is "
+            "reported by `python scripts/run_study.py <study> --report`"
         )
     chosen = chosen_rates(tuning)
     reported = load_reported(root, study)

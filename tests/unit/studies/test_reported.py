@@ -51,3 +51,16 @@ def test_the_records_name_their_study_and_an_older_store_needs_study(tmp_path):
     record(mixed, "pe_multi30k_fr", "all/learned/seed-2")
     with pytest.raises(StudyError, match=r"holds records of 2 studies \(pe_multi30k \("):
         store_study(mixed, None)
+
+
+def test_a_store_run_study_wrote_is_pointed_at_its_own_report(tmp_path):
+    """Records without study.json (was: "run python scripts/study.py run first", a retired
+    command, for the store run_study.py writes)."""
+    from studies.report import write_report
+
+    record = tmp_path / "runs" / "all" / "learned" / "lr1" / "seed-1" / "record.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"study": "pe_multi30k_fr"}))
+    with pytest.raises(StudyError, match=r"no study.json.*run_study.py <study> --report"):
+        write_report(tmp_path / "runs", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
