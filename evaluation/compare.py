@@ -8,6 +8,7 @@ each of the two is one family of tests, its p-values Holm-adjusted (``p_holm``).
 ``compare`` writes compare.md, compare.json and three plots (evaluation/plots.py).
 """
 
+import functools
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import sacrebleu
 from omegaconf import OmegaConf
 
 from common.errors import UserError
@@ -412,13 +414,36 @@ def references(run: ScoredRun, refs_file: Path | None) -> list[str]:
             )
         data_cfg = run.run.resolved_config()["data"]
     try:
-        refs = list(load_split(data_cfg, split)["tgt"])
+        refs = split_references(json.dumps(data_cfg, sort_keys=True), split)
     except (UserError, ValueError) as e:
         raise CompareError(
             f"cannot load the references of {run.scores['name']} (split {split!r}) for "
             f"{run.path}: {e}; pass --refs FILE or --resamples 0"
         ) from e
     return check_references(run, refs, f"split {split!r}")
+
+
+@functools.lru_cache(maxsize=8)
+def split_references(data_json: str, split: str) -> list[str]:
+    """The target side of a corpus split (data config as JSON), loaded once per comparison."""
+    return list(load_split(json.loads(data_json), split)["tgt"])
+
+
+def check_scores_from_hypotheses(runs: list[ScoredRun], refs_file: Path | None) -> None:
+    """CompareError unless each run's BLEU and chrF are sacreBLEU's on its own checked .hyp
+    against the references it scored: a score edited in its JSON is never pooled."""
+    for run in runs:
+        hyps, refs = hypotheses(run), references(run, refs_file)
+        bleu = round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2)
+        chrf = round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)
+        recorded = (run.scores.get("bleu"), run.scores.get("chrf", chrf))
+        if recorded != (bleu, chrf):
+            raise CompareError(
+                f"{run.run.evaluation_file(run.scores['name'])} records BLEU {recorded[0]} and "
+                f"chrF {recorded[1]}, but its translations score {bleu} and {chrf} against the "
+                "references it scored: the JSON was edited or its .hyp replaced; score the run "
+                "again (--score after deleting that evaluation)"
+            )
 
 
 def file_references(run: ScoredRun, path: Path, named: str) -> list[str]:
@@ -805,6 +830,9 @@ def compare(
             "off: leave --refs out, or pass --resamples N"
         )
     runs, used = read_runs(paths, eval_name, allow_stale, score)
+    split_references.cache_clear()  # a corpus file may have changed since the last comparison
+    if resamples > 0:  # the references are needed then: each score is checked from its .hyp
+        check_scores_from_hypotheses(runs, refs_file)
     groups, order = group_runs(runs, baseline)
     curves = {r.path: dev_ppl_curve(r.path) for r in runs}
     result = {

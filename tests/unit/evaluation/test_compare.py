@@ -652,3 +652,20 @@ def test_a_comparison_killed_while_writing_leaves_the_earlier_one_whole(
     result = main([str(tmp_path / "runs"), "--resamples", "0", "--out", str(out)])
     assert json.loads((out / "compare.json").read_text())["runs"] == result["runs"]
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_score_edited_in_its_json_is_refused_by_its_own_translations(
+    tmp_path, toy_validation, capsys
+):
+    """BLEU edited in the eval JSON (was: pooled, beside a bootstrap of the real translations
+    saying +0.00); with --resamples 0 nothing reads the translations, as documented."""
+    runs = [
+        make_run(tmp_path / "a", position, 1, toy_validation)[0]
+        for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding")
+    ]
+    path = runs[1] / "eval" / "validation-last-beam4.json"
+    scores = json.loads(path.read_text())
+    path.write_text(json.dumps(scores | {"bleu": scores["bleu"] + 17.5}))
+    err = error_of(capsys, tmp_path / "a", "--resamples", "10", "--out", tmp_path / "o")
+    assert f"{path} records BLEU {scores['bleu'] + 17.5}" in err and "score the run again" in err
+    assert not (tmp_path / "o").exists()
