@@ -15,6 +15,7 @@ import torch
 from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from interop.ctranslate2_engine import convert_model
+from interop.export import check_own_weights, weights_record
 from runs.run import check_finite_weights, load_run, rebuild_model
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
@@ -39,6 +40,7 @@ def export_ctranslate2(
         what = "is not empty" if out.is_dir() else "is a file"
         raise CTranslate2ExportError(f"--out {out} exists and {what}: pass a new folder")
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_own_weights(state, checkpoint, run_dir, CTranslate2ExportError)
     check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:  # written beside out and renamed into place once complete: never a partial out
@@ -47,8 +49,7 @@ def export_ctranslate2(
             shutil.copy(tokenizer.path, staging / "spm.model")
             write_json(staging / "export.json", {
                 "run_dir": str(Path(run_dir).resolve()), "checkpoint": tag,
-                "step": state.get("step"), "checkpoint_sha256": state.get("file_sha256"),
-                "quantization": quantization or "float32", "eos": "</s>",
+                **weights_record(state), "quantization": quantization or "float32", "eos": "</s>",
             })  # fmt: skip
     except Exception as e:
         error = write_failure(e, f"the export to {out} (nothing was left there)", "export again")

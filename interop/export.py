@@ -24,7 +24,9 @@ from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
-from runs.run import Run, check_finite_weights, load_run, rebuild_model
+from runs.checkpoint import load_checkpoint, weights_sha256
+from runs.resume import setting_differences
+from runs.run import Run, check_finite_weights, checkpoint_record, load_run, rebuild_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 
@@ -103,6 +105,7 @@ def export_hf(
             "least 2 (default 1024)"
         )
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_own_weights(state, checkpoint, run_dir, ExportError)
     check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:
@@ -124,6 +127,64 @@ def export_hf(
     return out
 
 
+def check_own_weights(state: dict, checkpoint: str, run_dir, error: type[UserError]) -> None:
+    """error, in one line, where --checkpoint holds another run's weights (own_checkpoint false)."""
+    if state.get("own_checkpoint", True):
+        return
+    run = Run(run_dir)
+    path = Path(checkpoint)
+    if not path.exists() and (run.checkpoints / checkpoint).is_file():
+        path = run.checkpoints / checkpoint
+    folder = path.resolve().parent  # a file copied into this run's checkpoints/ is not its own
+    elsewhere = folder.name == "checkpoints" and folder != run.checkpoints.resolve()
+    home = folder.parent if elsewhere else "<the folder of the run it is from>"
+    raise error(
+        f"--checkpoint {checkpoint} holds another run's weights ({foreign_because(state, run)}): "
+        f"export that run instead (--run-dir {home})"
+    )
+
+
+def foreign_because(state: dict, run: Run) -> str:
+    """How a checkpoint's training differs from the run's last.pt, in a few words."""
+    last = run.checkpoint_file("last")
+    if not last.is_file():
+        return f"not in {run.checkpoints}, and the run has no last.pt to compare it with"
+    ours = load_checkpoint(last)
+    tokenizers = [str(s.get("tokenizer", {}).get("sha256"))[:12] for s in (ours, state)]
+    if tokenizers[0] != tokenizers[1]:
+        return f"tokenizer sha256 {tokenizers[1]}, {last} has {tokenizers[0]}"
+    refused, _ = setting_differences(ours.get("config") or {}, state.get("config") or {})
+    shown = "; ".join(refused[:4]) + (f" and {len(refused) - 4} more" if len(refused) > 4 else "")
+    return f"trained unlike {last}: {shown or 'other settings'}"
+
+
+def weights_record(state: dict) -> dict:
+    """Which weights an export holds: step (an average's newest), sha256s, an average's inputs."""
+    record = {"step": checkpoint_record(state)["step"], "weights_sha256": weights_sha256(state)}
+    if state.get("file_sha256"):
+        record["checkpoint_sha256"] = state["file_sha256"]
+    if state.get("averaged_steps") is not None or state.get("averaged"):
+        record["averaged_steps"] = state.get("averaged_steps") or []
+        record["averaged"] = [Path(str(file)).name for file in state.get("averaged") or []]
+    return record
+
+
+def weights_line(tag: str, record: dict) -> str:
+    """The model card's weights row: checkpoint, (the mean of steps ...), step and sha256s."""
+    parts = [f"checkpoint {tag}"]
+    if "averaged_steps" in record:
+        steps = [str(s) if s is not None else "unrecorded" for s in record["averaged_steps"]]
+        listed = ", ".join(steps[:-1]) + " and " + steps[-1] if len(steps) > 1 else "".join(steps)
+        files = f" ({', '.join(record['averaged'])})" if record["averaged"] else ""
+        parts.append(f"the mean of steps {listed or 'unrecorded'}{files}")
+    step = record["step"]
+    parts.append(f"step {step if step is not None else 'unrecorded'}")
+    if "checkpoint_sha256" in record:
+        parts.append(f"file sha256 {record['checkpoint_sha256'][:12]}")
+    parts.append(f"weights sha256 {record['weights_sha256'][:12]}")
+    return ", ".join(parts)
+
+
 def write_folder(out: Path, model, tokenizer, state: dict, tag: str, run_dir, max_positions: int):
     """The Marian folder's files in out: weights, configs, tokenizer files, export.json and the
     model card (README.md)."""
@@ -141,7 +202,7 @@ def write_folder(out: Path, model, tokenizer, state: dict, tag: str, run_dir, ma
         {
             "run_dir": str(Path(run_dir).resolve()),
             "checkpoint": tag,
-            "step": state.get("step"),
+            **weights_record(state),
             "tokenizer_sha256": tokenizer.sha256,
             "layer_norm_eps": {"trained": layer_norm_eps(model), "marian": MARIAN_LAYER_NORM_EPS},
             "search": "greedy (num_beams 1); Marian's beam search divides by |Y|^alpha, not GNMT",
@@ -168,9 +229,9 @@ beam=1`; Marian's beam search ranks by |Y|^alpha, not the paper's GNMT penalty).
 | position encoding | {position} |
 | corpus | {corpus} |
 | model | {parameters:,} parameters, d_model {d_model} |
-| weights | checkpoint {tag}, step {step}, file sha256 {sha} |
+| weights | {weights} |
 
-Scores of these weights (the run's evaluations of this checkpoint file):
+Scores of these weights (the run's evaluations of them):
 
 {scores}
 
@@ -186,10 +247,19 @@ print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
 """
 
 
-def score_lines(run_dir, sha: str | None) -> str:
-    """The Markdown table of the run's evaluations of the weights with this sha256."""
-    rows = [e for e in Run(run_dir).evaluations() if sha and e.get("checkpoint_sha256") == sha]
+def score_lines(run_dir, record: dict) -> str:
+    """The Markdown table of the run's evaluations of these weights (record: weights_record)."""
+    # by their file's sha256; an average (no file) by the averaged weights' sha256, which
+    # runs.run.checkpoint_record does not record yet: an average's card quotes none
+    sha = record.get("checkpoint_sha256")
+    key, value = ("checkpoint_sha256", sha) if sha else ("weights_sha256", record["weights_sha256"])
+    rows = [e for e in Run(run_dir).evaluations() if value and e.get(key) == value]
     rows = [e for e in rows if e.get("bleu") is not None]
+    if not rows and not sha:
+        return (
+            "none quoted: an evaluation of an average records no sha256 of the averaged "
+            "weights, so none can be matched to these"
+        )
     if not rows:
         return f"none yet: `python evaluate.py run_dir={Path(run_dir).resolve()} split=test`"
     lines = ["| evaluation | split | beam | sacreBLEU | chrF | signature |", "|---" * 6 + "|"]
@@ -204,6 +274,7 @@ def score_lines(run_dir, sha: str | None) -> str:
 def model_card(model, state: dict, tag: str, run_dir) -> str:
     """README.md of an exported folder: what was trained, on what, and how it scores."""
     data, segments = state["config"]["data"], Run(run_dir).segments()
+    record = weights_record(state)
     return MODEL_CARD.format(
         name=Path(run_dir).resolve().name,
         src=data["src_lang"],
@@ -212,10 +283,8 @@ def model_card(model, state: dict, tag: str, run_dir) -> str:
         corpus=json.dumps(data.get("corpus"), default=str),
         parameters=sum(p.numel() for p in model.parameters()),
         d_model=state["config"]["model"].get("d_model"),
-        tag=tag,
-        step=state.get("step"),
-        sha=str(state.get("file_sha256"))[:12],
-        scores=score_lines(run_dir, state.get("file_sha256")),
+        weights=weights_line(tag, record),
+        scores=score_lines(run_dir, record),
         command=" ".join((segments[0].get("overrides") or []) if segments else []),
     )
 

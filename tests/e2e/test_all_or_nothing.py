@@ -3,9 +3,12 @@
 On the 2-step run of the bad-input matrix: a full disk while evaluate.py writes eval/ or while
 export_hf.py writes its folder, Ctrl-C during an evaluation, and a checkpoint whose weights give
 a NaN perplexity: each is one line (exit 1, or 130 for Ctrl-C), and eval/ or --out is as it was.
+Exports of a seed-2 twin: an average says which steps and weights it holds, and another run's
+checkpoint is refused before anything is written.
 """
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -14,11 +17,13 @@ import pytest
 
 import common.files
 import interop.export
+from common.errors import UserError
 from common.files import FileWriteError
 from evaluation.evaluate import EvaluationError, evaluate
 from interop.ctranslate2_export import export_ctranslate2
 from interop.export import export_hf
-from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, weights_sha256
+from runs.run import load_run
 from tests.conftest import ROOT, compose_config, default_sigint
 from tests.e2e import test_reliability as reliability
 from tests.e2e.test_reliability import copy_of_run
@@ -146,3 +151,60 @@ def test_a_full_disk_during_export_is_one_line_and_leaves_no_folder(bad, tmp_pat
         *(f"marian/{p}" for p in files_under(out)),
     ]
     assert out.stat().st_mode & 0o777 == common.files.new_folder_mode()  # not mkdtemp's 0700
+
+
+@pytest.fixture(scope="module")
+def twin(bad):
+    """bad's run trained with seed 2 for 4 steps, a step file every 2: another run's weights."""
+    run_dir = bad / "twin"
+    overrides = ["seed=2", "trainer.max_steps=4", "trainer.save_every_steps=2"]
+    reliability.train(
+        compose_config([*reliability.text_overrides(bad), f"run_dir={run_dir}"] + overrides)
+    )
+    return run_dir
+
+
+def exported(exporter, run_dir, out, checkpoint):
+    """The export's export.json and (Marian only) model card, exporting run_dir's checkpoint."""
+    pytest.importorskip("transformers" if exporter == "marian" else "ctranslate2")
+    if exporter == "marian":
+        export_hf(run_dir, out, checkpoint, max_positions=64)
+        card = (out / "README.md").read_text(encoding="utf-8")
+    else:
+        export_ctranslate2(run_dir, out, checkpoint)
+        card = ""
+    return json.loads((out / "export.json").read_text(encoding="utf-8")), card
+
+
+@pytest.mark.parametrize("exporter", ["marian", "ctranslate2"])
+def test_an_average_is_exported_as_the_mean_of_its_steps(bad, twin, tmp_path, exporter):
+    """avg:2 of steps 2 and 4 (was: 'step 2, file sha256 None', its oldest input's step)."""
+    evaluate(eval_config(twin, "checkpoint=avg:2", *few_lines(bad)))  # records no weights hash
+    info, card = exported(exporter, twin, tmp_path / exporter, "avg:2")
+    state, _ = load_run(twin, "avg:2")
+    digest = weights_sha256(state)
+    assert info["step"] == 4 and info["averaged_steps"] == [2, 4]
+    assert info["averaged"] == ["step_2.pt", "step_4.pt"]
+    assert info["weights_sha256"] == digest and info.get("checkpoint_sha256") is None
+    assert "None" not in json.dumps(info) and "null" not in json.dumps(info)
+    if exporter == "marian":
+        weights = next(line for line in card.splitlines() if line.startswith("| weights |"))
+        assert "mean of steps 2 and 4 (step_2.pt, step_4.pt)" in weights
+        assert "step 4" in weights and digest[:12] in weights and "None" not in card
+        assert "| test-" not in card and "| files |" not in card  # no evaluation of other weights
+
+
+@pytest.mark.parametrize("exporter", ["marian", "ctranslate2"])
+def test_another_runs_checkpoint_is_refused_before_anything_is_written(
+    bad, twin, tmp_path, exporter
+):
+    """seed 2's last.pt under bad's run (was: a card naming bad's run and its command)."""
+    pytest.importorskip("transformers" if exporter == "marian" else "ctranslate2")
+    foreign = twin / "checkpoints" / "last.pt"
+    export = export_hf if exporter == "marian" else export_ctranslate2
+    with pytest.raises(UserError) as raised:
+        export(bad / "run", tmp_path / "exports" / exporter, str(foreign))
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith(f"--checkpoint {foreign} holds another run")
+    assert "seed" in message and message.endswith(f"(--run-dir {twin})")
+    assert not (tmp_path / "exports").exists()
