@@ -34,6 +34,7 @@ from evaluation.evaluate import evaluate_run
 from evaluation.plots import plot_extrapolation
 from evaluation.statistics import mean, stdev
 from model.position import PositionRangeError
+from runs.directory import DeferredFileHandler
 from runs.run import Run, RunFileError
 from studies.plan import StudyError, position_variants
 from studies.rows import from_json
@@ -247,7 +248,7 @@ def train_run(run_dir: Path, overrides: list[str], max_words: int, echo=print) -
         return run.metrics()
     cfg = compose_config(overrides)
     run.write_config(cfg)
-    handler = logging.FileHandler(run.log_file, encoding="utf-8")
+    handler = DeferredFileHandler(run.log_file, encoding="utf-8")  # written once accepted
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
     try:
