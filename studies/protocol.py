@@ -5,7 +5,8 @@ every run composes, the variants and their own settings, the conditions (data ov
 control, their analyses, tuned or reusing another condition's rates), the learning-rate grid and
 its budget, the check rule at the final budget, the finals, the test sets, the search and the
 statistics. The schema below is the whole of it: a key it does not hold, or a value of the wrong
-type, is one line naming the key (OmegaConf's structured configs check both).
+type, is one line naming the key (OmegaConf's structured configs check both); so is a number out
+of its range, inf and nan included (check_numbers, check_settings, check_seed_counts).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from common.configs import CONFIG_DIR, compose_config
 from common.errors import UserError, first_line
+from evaluation.evaluate import MAX_BEAM, MAX_LENPEN
 
 # Written into every record a study keeps (record.json "schema"); raise it when a record's
 # meaning changes, with a migration script beside the change.
@@ -75,7 +78,7 @@ class ConditionSpec:
 class GridSpec:
     """The learning-rate grid (§5.3's schedule times optim.lr_scale) at a short budget."""
 
-    rates: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])  # optim.lr_scale
+    rates: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])  # lr_scale, > 0
     steps: int = 2000  # the grid's budget (trainer.max_steps)
     seeds: list[int] = field(default_factory=lambda: [1, 2])  # each rate's seeds
     edge_steps: int = 3  # a winner at an edge adds the rate beyond it, at most this often
@@ -113,8 +116,8 @@ class FinalSpec:
 class SearchSpec:
     """Beam search of the scored translations (§6.1: beam 4, length penalty α 0.6)."""
 
-    beam: int = 4  # beam size
-    lenpen: float = 0.6  # length penalty alpha
+    beam: int = 4  # beam size: 1 to evaluate.py's MAX_BEAM (1000)
+    lenpen: float = 0.6  # length penalty alpha: 0 to evaluate.py's MAX_LENPEN (10)
 
 
 @dataclass
@@ -123,15 +126,15 @@ class StatisticsSpec:
 
     baselines: list[str] = field(default_factory=list)  # variants every other is compared to
     correction: list[str] = field(default_factory=lambda: list(CORRECTIONS))  # holm, bh
-    equivalence_margin: float = 1.0  # BLEU: TOST's margin for "no difference"
-    confidence: float = 0.95  # of every interval
+    equivalence_margin: float = 1.0  # BLEU: TOST's margin for "no difference" (finite, > 0)
+    confidence: float = 0.95  # of every interval: above 0 and below 1
 
 
 @dataclass
 class CostSpec:
     """The CPU-hour estimate before any run of the study is recorded (then: the records')."""
 
-    cpu_seconds_per_step: float = 0.3  # one thread, fp32, the study's tiny model (records)
+    cpu_seconds_per_step: float = 0.3  # one thread, fp32, the study's tiny model (records), > 0
 
 
 @dataclass
@@ -262,32 +265,97 @@ def check_names(path: Path, study: StudySpec) -> None:
             )
 
 
-def check_numbers(path: Path, study: StudySpec) -> None:
-    """Rates positive, at least two grid and check seeds, budgets that grow, a sane rule."""
-    grid, check, final = study.grid, study.check, study.final
-    problems = [
-        ("grid.rates", not grid.rates or min(grid.rates) <= 0, "positive rates"),
-        ("grid.seeds", len(set(grid.seeds)) < 2, "two or more seeds"),
-        ("grid.steps", grid.steps < 1, "a positive step budget"),
-        ("grid.edge_steps", grid.edge_steps < 0, "0 or more"),
-        ("check.seeds", len(set(check.seeds)) < 2, "two or more seeds"),
-        ("check.within", not check.within >= 1, "a factor of at least 1"),
-        ("final.steps", final.steps < grid.steps, "at least grid.steps"),
-        ("final.seeds", final.seeds < len(check.seeds), "at least as many as check.seeds"),
-        ("final.extend.steps", (final.extend.steps or final.steps + 1) <= final.steps,
-         "more than final.steps"),
-        ("statistics.correction", not set(study.statistics.correction) <= set(CORRECTIONS),
-         f"some of {', '.join(CORRECTIONS)}"),
-        ("statistics.equivalence_margin", not study.statistics.equivalence_margin > 0,
-         "a positive margin in BLEU"),
-    ]  # fmt: skip
-    for key, wrong, wanted in problems:
+def refuse_problems(path: Path, problems: list[tuple[str, object, bool, str]]) -> None:
+    """Raise StudyConfigError for the first (key, value, wrong, wanted) that is wrong."""
+    for key, value, wrong, wanted in problems:
         if wrong:
-            raise StudyConfigError(f"{path}: {key}: pass {wanted}")
+            raise StudyConfigError(f"{path}: {key}: {value}; pass {wanted}")
+
+
+def check_numbers(path: Path, study: StudySpec) -> None:
+    """Rates finite and positive, two or more seeds, budgets that grow, a sane check rule."""
+    # nan fails every comparison: each range below is written `not <in range>` to refuse it
+    grid, check, final = study.grid, study.check, study.final
+    refuse_problems(path, [
+        ("grid.rates", grid.rates,
+         not grid.rates or not all(0 < rate < math.inf for rate in grid.rates),
+         "finite rates above 0"),
+        ("grid.seeds", grid.seeds, len(set(grid.seeds)) < 2 or min(grid.seeds) < 0,
+         "two or more seeds, each 0 or more"),
+        ("grid.steps", grid.steps, grid.steps < 1, "a step budget of 1 or more"),
+        ("grid.edge_steps", grid.edge_steps, grid.edge_steps < 0, "0 or more"),
+        ("check.seeds", check.seeds, len(set(check.seeds)) < 2, "two or more seeds"),
+        ("check.within", check.within, not 1 <= check.within < math.inf,
+         "a finite factor of at least 1"),
+        ("final.steps", final.steps, final.steps < grid.steps,
+         f"at least grid.steps ({grid.steps})"),
+        ("final.seeds", final.seeds, final.seeds < len(check.seeds),
+         f"at least as many as check.seeds ({len(check.seeds)})"),
+        ("final.average_last", final.average_last, final.average_last < 0,
+         "0 (no average) or a number of last checkpoints"),
+        ("final.extend.steps", final.extend.steps,
+         final.extend.steps is not None and final.extend.steps <= final.steps,
+         f"more than final.steps ({final.steps}), or null (no extension)"),
+        ("statistics.correction", study.statistics.correction,
+         not set(study.statistics.correction) <= set(CORRECTIONS),
+         f"some of {', '.join(CORRECTIONS)}"),
+    ])  # fmt: skip
     if sorted(check.seeds) != list(range(1, len(check.seeds) + 1)):
         raise StudyConfigError(
             f"{path}: check.seeds: pass 1..N (the chosen rate's check runs are its first finals)"
         )
+
+
+def check_settings(path: Path, study: StudySpec) -> None:
+    """The search in evaluate.py's ranges, the statistics' confidence and margin, the cost."""
+    search, statistics = study.search, study.statistics
+    cost = study.cost.cpu_seconds_per_step
+    refuse_problems(path, [
+        ("search.beam", search.beam, not 1 <= search.beam <= MAX_BEAM,
+         f"a whole number from 1 (greedy) to {MAX_BEAM} (the paper: 4)"),
+        ("search.lenpen", search.lenpen, not 0 <= search.lenpen <= MAX_LENPEN,
+         f"a number from 0 to {MAX_LENPEN:g} (the paper: 0.6)"),
+        ("statistics.confidence", statistics.confidence, not 0 < statistics.confidence < 1,
+         "a share above 0 and below 1 (e.g. 0.95)"),
+        ("statistics.equivalence_margin", statistics.equivalence_margin,
+         not 0 < statistics.equivalence_margin < math.inf, "a finite positive margin in BLEU"),
+        ("cost.cpu_seconds_per_step", cost, not 0 < cost < math.inf,
+         "a finite number of CPU-seconds above 0"),
+    ])  # fmt: skip
+
+
+def check_seed_counts(path: Path, study: StudySpec) -> None:
+    """Final seeds that hold the check's, extended seeds that are finals, sane dev choices."""
+    least = len(study.check.seeds)  # the check's runs at the chosen rate are the first finals
+    problems = [
+        (f"final.seeds_by_variant.{name}", count, count < least,
+         f"at least as many as check.seeds ({least})")
+        for name, count in study.final.seeds_by_variant.items()
+    ]  # fmt: skip
+    for name, spec in study.conditions.items():
+        low = 1 if spec.rates_from else least  # a reused rate has no check runs
+        wrong = spec.seeds is not None and spec.seeds < low
+        problems.append((f"conditions.{name}.seeds", spec.seeds, wrong, f"{low} or more, or null"))
+    for name, variant in study.variants.items():
+        if variant.choose is not None:
+            rate = variant.choose.rate
+            where = f"variants.{name}.choose"
+            values = variant.choose.values
+            problems += [
+                (f"{where}.rate", rate, not 0 < rate < math.inf, "a finite rate above 0"),
+                (f"{where}.values", values, not values, "one or more values to try"),
+            ]
+    extend = study.final.extend
+    pairs = [(c, v) for c in study.conditions for v in study.condition_variants(c)]
+    most = max((len(study.final_seeds(c, v)) for c, v in pairs), default=0)
+    problems += [
+        ("final.extend.seeds", extend.seeds,
+         not all(1 <= seed <= most for seed in extend.seeds),
+         f"final seeds (1 to {most}) to train on"),
+        ("final.extend.seeds", extend.seeds, bool(extend.steps) != bool(extend.seeds),
+         "one or more final seeds with final.extend.steps, none without"),
+    ]  # fmt: skip
+    refuse_problems(path, problems)
 
 
 def check_composes(path: Path, study: StudySpec) -> None:
@@ -319,6 +387,8 @@ def check_study(study: StudySpec, path: Path) -> None:
         raise StudyConfigError(f"{path}: name: {study.name}; a study is named as its file")
     check_names(path, study)
     check_numbers(path, study)
+    check_settings(path, study)
+    check_seed_counts(path, study)
     check_composes(path, study)
 
 

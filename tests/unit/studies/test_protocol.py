@@ -1,5 +1,6 @@
 """A study config: every committed one loads; a bad key, value or name is one line naming it."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,80 @@ def test_a_bad_study_is_one_line_naming_the_key(tmp_path, changes, named):
     message = str(info.value)
     assert named in message and str(path) in message
     assert "\n" not in message
+
+
+NAN, INF = float("nan"), float("inf")
+CHOOSE = {"key": "position.max_shift", "values": ["10"], "rate": 0.5}
+
+
+def write_fr_copy(folder: Path, key: str, value) -> Path:
+    """configs/study/pe_multi30k_fr.yaml with the value at dotted key changed, in folder."""
+    data = yaml.safe_load((STUDY_DIR / "pe_multi30k_fr.yaml").read_text(encoding="utf-8"))
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    path = folder / "pe_multi30k_fr.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")  # inf and nan as .inf and .nan
+    return path
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("grid.rates", [1.0, INF]),
+        ("grid.rates", [1.0, NAN]),
+        ("cost.cpu_seconds_per_step", -INF),
+        ("grid.seeds", [-1, 2]),
+        ("check.within", INF),
+        ("statistics.confidence", 1.5),
+        ("statistics.confidence", 1.0),
+        ("statistics.confidence", 0.0),
+        ("statistics.confidence", NAN),
+        ("statistics.equivalence_margin", INF),
+        ("cost.cpu_seconds_per_step", NAN),
+        ("cost.cpu_seconds_per_step", INF),
+        ("cost.cpu_seconds_per_step", 0.0),
+        ("cost.cpu_seconds_per_step", -0.3),
+        ("search.beam", 0),
+        ("search.beam", 1001),
+        ("search.lenpen", NAN),
+        ("search.lenpen", -0.1),
+        ("search.lenpen", 10.5),
+        ("search.lenpen", INF),
+        ("final.average_last", -1),
+        ("final.seeds_by_variant", {"rope": 1}),
+        ("conditions.all.seeds", 0),
+        ("final.extend.steps", 0),
+        ("final.extend.seeds", [9]),
+        ("final.extend.seeds", []),
+        ("final.extend", {"steps": None, "seeds": [1, 2]}),
+        ("variants.rope.choose", {**CHOOSE, "rate": NAN}),
+        ("variants.rope.choose", {**CHOOSE, "values": []}),
+    ],
+    ids=str,
+)
+def test_a_number_out_of_range_is_one_line_naming_the_key(tmp_path, key, value):
+    path = write_fr_copy(tmp_path, key, value)
+    with pytest.raises(StudyConfigError) as info:
+        load_study(str(path))
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}") and "; pass " in message
+    assert "\n" not in message
+    assert list(tmp_path.iterdir()) == [path]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("search.beam", True), ("statistics.confidence", True), ("grid.steps", INF)],
+    ids=str,
+)
+def test_a_bool_or_a_non_finite_whole_number_is_refused_by_its_type(tmp_path, key, value):
+    path = write_fr_copy(tmp_path, key, value)
+    with pytest.raises(StudyConfigError, match=re.escape(f"{path}: {key}:")) as info:
+        load_study(str(path))
+    assert "\n" not in str(info.value)
 
 
 def test_an_unknown_study_name_lists_the_known_ones():
