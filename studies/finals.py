@@ -12,18 +12,25 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import sacrebleu
 
 from common.files import read_json, write_json
 from evaluation.evaluate import evaluate_run
 from runs.checkpoint import weights_sha256
-from runs.run import Run
+from runs.run import Run, lines_sha256
 from studies.plan import StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec
 from studies.store import outside_paths, scrubbed
 
 SCORES_FILE = "scores.json"
+FIX = "restore the record's files from its run, or move the record folder away to score it again"
+# what scores.json quotes of each evaluation's JSON
+QUOTED = ("bleu", "chrf", "tok_bleu", "n_sentences", "step", "signature", "hypotheses_sha256")
+References = Callable[[str], "list[str] | None"]  # a test split's reference lines (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -121,11 +128,64 @@ def split_score(result: dict, split: str, checkpoint: str, hyp: Path, weights: s
     )
 
 
-def score_final(study: StudySpec, run: Path, folder: Path, work: Path, say) -> FinalScores:
+def check_scores(folder: Path, scores: FinalScores, references: References | None = None) -> None:
+    """StudyError where a scored final's .hyp, scores.json or BLEU/chrF is not what was scored."""
+    record = Run(folder)
+    for row in scores.scores:
+        name = f"{row.split}-{row.checkpoint.replace(':', '')}-beam{scores.beam}"
+        result = record.evaluation(name)
+        if result is None:
+            raise StudyError(f"{record.evaluation_file(name)} is missing ({SCORES_FILE} quotes "
+                             f"it): {FIX}")  # fmt: skip
+        hyps = record.hypotheses(result, FIX)
+        # an evaluation older than a key quotes nothing of it; its .hyp has a sha256 all the same
+        result = {"hypotheses_sha256": lines_sha256(hyps), **result}
+        for key in (key for key in QUOTED if key in result):
+            if asdict(row)[key] != result.get(key):
+                raise StudyError(
+                    f"{folder / SCORES_FILE}: {row.split} {row.checkpoint} {key} "
+                    f"{asdict(row)[key]} differs from {record.evaluation_file(name)}'s "
+                    f"{result.get(key)}: {FIX}"
+                )
+        refs = None if references is None else references(row.split)
+        if refs is not None:
+            check_recomputed(record.evaluation_file(name), result, hyps, refs)
+
+
+def check_recomputed(path: Path, result: dict, hyps: list[str], refs: list[str]) -> None:
+    """StudyError where an evaluation's BLEU or chrF is not what its hypotheses score."""
+    skipped = set(result.get("skipped_indices") or [])
+    refs = [line for i, line in enumerate(refs) if i not in skipped]
+    kept = result.get("references_sha256")
+    if kept is None:
+        return  # scored before the references were recorded: which ones is unknown
+    if lines_sha256(refs) != kept:
+        raise StudyError(
+            f"{path}: the test references loaded now (sha256 {lines_sha256(refs)[:12]}) are not "
+            f"the ones it was scored against ({kept[:12]}): pass the data the finals were "
+            "scored on (-- data.path=<folder>)"
+        )
+    now = {
+        "bleu": round(sacrebleu.BLEU().corpus_score(hyps, [refs]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+    }
+    for key, value in now.items():
+        if result.get(key) != value:
+            raise StudyError(
+                f"{path}: {key} {result.get(key)} is not the {value} its hypotheses score "
+                f"against the test references: {FIX}"
+            )
+
+
+def score_final(
+    study: StudySpec, run: Path, folder: Path, work: Path, say, references: References | None = None
+) -> FinalScores:
     """Score a final run (its folder `run`, under `work`) and keep the evaluations in its record
     `folder`."""
     if is_scored(study, folder):
-        return read_scores(folder)
+        scores = read_scores(folder)
+        check_scores(folder, scores, references)
+        return scores
     trained, record = Run(run), Run(folder)
     if not trained.has_checkpoint("last"):
         raise StudyError(

@@ -7,12 +7,18 @@ complete waits, and the stages after it leave that pair out until a later call.
 
 from __future__ import annotations
 
+import functools
+import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
+from common.errors import UserError
 from common.files import write_json, write_text
+from data.corpus import load_split
 from evaluation.plots import RateCurve, plot_differences, plot_rate_curves
 from studies.answer import Difference, Final, answer, answer_markdown
 from studies.finals import FinalScores, is_scored, score_final, wanted_evaluations
@@ -177,16 +183,41 @@ def planned_estimate(run: StudyRun, grid: dict[Key, Choice], check: dict[Key, Ch
     return lines
 
 
+def test_references(run: StudyRun) -> Callable[[Point, str], list[str] | None]:
+    """A point's test references as its finals were scored (None, said once: not loadable)."""
+    loaded: dict[str, list[str] | None] = {}
+
+    def references(point: Point, split: str) -> list[str] | None:
+        data = run.wanted(point)["data"]
+        key = json.dumps([split, data], sort_keys=True, default=str)
+        if key not in loaded:
+            try:
+                loaded[key] = list(load_split(OmegaConf.create(data), split)["tgt"])
+            except (UserError, OSError, ValueError) as e:
+                loaded[key] = None
+                run.say(
+                    f"study: the {split} references of {point.label} cannot be loaded "
+                    f"({str(e).splitlines()[0] if str(e) else type(e).__name__}): its BLEU and "
+                    "chrF are not recomputed; pass the data it was scored on (-- data.path=...)"
+                )
+        return loaded[key]
+
+    return references
+
+
 def score_finals(run: StudyRun, finals: dict[Point, Record]) -> dict[Point, FinalScores]:
     """Every recorded final scored on the test sets (not in a dry run: listed as to score)."""
-    scored = {}
+    scored, references = {}, test_references(run)
     for point in finals:
         folder = record_dir(run.results, run.study, point)
         if not run.trains(point.stage) and not is_scored(run.study, folder):
             run.say(f"to score: {point.label}")
             continue
         where = work_dir(run.work, run.study, point)
-        scored[point] = score_final(run.study, where, folder, run.work / run.study.name, run.say)
+        scored[point] = score_final(
+            run.study, where, folder, run.work / run.study.name, run.say,
+            functools.partial(references, point),
+        )  # fmt: skip
     return scored
 
 

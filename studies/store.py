@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from common.files import read_json, write_json, write_text
 from runs.resume import setting_differences
-from runs.run import RECORD_FILES, RECORD_FOLDERS, Run
+from runs.run import METRICS_FILE, RECORD_FILES, RECORD_FOLDERS, Run
 from studies.plan import ROOT, StudyError
 from studies.protocol import SCHEMA_VERSION, StudySpec, run_overrides
 
@@ -89,7 +89,12 @@ def work_dir(work: Path, study: StudySpec, point: Point) -> Path:
 
 def record_dir(results: Path, study: StudySpec, point: Point) -> Path:
     """Where a point's record is kept: the final stage by seed, the others by rate and seed."""
-    base = Path(results) / study.name / point.stage / "runs" / point.condition
+    return Path(results) / record_place(study.name, point)
+
+
+def record_place(study: str, point: Point) -> Path:
+    """A point's record folder below the store: <study>/<stage>/runs/<condition>/<variant>..."""
+    base = Path(study) / point.stage / "runs" / point.condition
     base = base / f"{point.variant}{point.settings_tag}"
     if point.stage not in ("final", "extend"):
         base = base / rate_folder(point.lr_scale)
@@ -131,7 +136,59 @@ def read_record(folder: Path) -> Record | None:
             f"{path}: schema {data.get('schema')}, this code reads {SCHEMA_VERSION}: run the "
             "migration script of that change (scripts/migrate_records.py)"
         )
-    return Record(**data)
+    record = Record(**data)
+    check_record(Path(folder), record)
+    return record
+
+
+def record_point(record: Record) -> Point:
+    """The point a record says it trained."""
+    return Point(
+        record.stage,
+        record.condition,
+        record.variant,
+        record.lr_scale,
+        record.seed,
+        record.steps,
+        tuple(record.settings),
+    )
+
+
+def check_record(folder: Path, record: Record) -> None:
+    """StudyError where a kept record disagrees with its folder or its own metrics.json."""
+    path, fix = folder / RECORD_FILE, "restore the record from its run, or move it away"
+    place = record_place(record.study, record_point(record))
+    if folder.absolute().parts[-len(place.parts) :] != place.parts:
+        raise StudyError(
+            f"{path} records {place} but lies in {folder}: the record's folder and its "
+            f"variant or seed disagree; {fix}"
+        )
+    differences = metrics_differences(Run(folder), record)
+    if differences:
+        what, kept, own = differences[0]
+        raise StudyError(
+            f"{path}: {what} {kept} differs from the run's own {METRICS_FILE} ({own}): {fix}"
+        )
+
+
+def metrics_differences(run: Run, record: Record) -> list[tuple[str, object, object]]:
+    """(what, record's, metrics.json's) of each number the record copies from metrics.json."""
+    metrics = run.finished_metrics() if run.is_finished() else None
+    if metrics is None:
+        wanted = {"dev_ppl": None}  # an unfinished (diverged) run: no dev PPL
+    else:
+        ppl = float(metrics["dev_ppl"]) if metrics.get("dev_ppl") is not None else None
+        finite = ppl is not None and ppl == ppl and ppl != float("inf")
+        wanted = {"dev_ppl": ppl if finite else None}
+        if finite:
+            wanted["steps"] = int(metrics.get("steps", record.steps))
+        if metrics.get("seed") is not None:
+            wanted["seed"] = int(metrics["seed"])
+    return [
+        (key, getattr(record, key), own)
+        for key, own in wanted.items()
+        if getattr(record, key) != own
+    ]
 
 
 def blank_paths(config: dict) -> dict:

@@ -1,7 +1,9 @@
 """A tiny declared study through one command: killed mid-way, resumed, then a no-op."""
 
 import hashlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,3 +129,82 @@ def test_a_run_that_fails_is_named_and_the_command_exits_1(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "2 runs failed" in out and "grid_all_sinusoidal_lr1_steps40_seed-1.log" in out
     assert not list((tmp_path / "results").glob("tiny/grid/runs/**/record.json"))
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory) -> tuple[Path, list[str]]:
+    """The tiny study trained and scored once: its folder, and the report's arguments."""
+    folder = tmp_path_factory.mktemp("tiny_store")
+    path = tiny_study(folder)
+    args = [str(path), "--work", str(folder / "work"), "--results", str(folder / "results")]
+    args += ["--", f"cache_dir={folder / 'cache'}"]
+    assert script_main("run_study")(args) == 0
+    return folder, [str(path), "--report", "--work", str(folder / "work")]
+
+
+FINAL = Path("tiny/final/runs/all/sinusoidal/seed-1")
+LAST = FINAL / "eval" / "test-last-beam4"
+
+
+def edit_json(path: Path, change) -> None:
+    """Rewrite a JSON file with change(data) applied."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def last_bleu(data: dict, value: float) -> None:
+    """scores.json's test BLEU at the last checkpoint set to value."""
+    next(s for s in data["scores"] if s["checkpoint"] == "last")["bleu"] = value
+
+
+def edit_hyp(path: Path, lines) -> None:
+    """Rewrite a .hyp with lines(its lines)."""
+    kept = path.read_text(encoding="utf-8").splitlines()
+    path.write_text("".join(f"{line}\n" for line in lines(kept)), encoding="utf-8")
+
+
+def both_bleu(store: Path) -> None:
+    """BLEU 35.0 in the evaluation JSON and in scores.json alike, the .hyp unchanged."""
+    edit_json(store / f"{LAST}.json", lambda d: d.update(bleu=35.0))
+    edit_json(store / FINAL / "scores.json", lambda d: last_bleu(d, 35.0))
+
+
+TAMPERED = {  # what is changed in a copy of the store, and the file the error names
+    "hyp deleted": (lambda s: (s / f"{LAST}.hyp").unlink(), f"{LAST}.hyp"),
+    "hyp truncated": (lambda s: edit_hyp(s / f"{LAST}.hyp", lambda h: h[: len(h) // 2]),
+                      f"{LAST}.hyp"),
+    "hyp line edited": (lambda s: edit_hyp(s / f"{LAST}.hyp", lambda h: ["edited", *h[1:]]),
+                        f"{LAST}.hyp"),
+    "scores BLEU": (lambda s: edit_json(s / FINAL / "scores.json", lambda d: last_bleu(d, 35.0)),
+                    f"{FINAL}/scores.json"),
+    "record dev PPL": (lambda s: edit_json(s / FINAL / "record.json",
+                                           lambda d: d.update(dev_ppl=5.0)),
+                       f"{FINAL}/record.json"),
+    "eval and scores BLEU": (both_bleu, f"{LAST}.json"),
+    "record variant": (lambda s: edit_json(s / FINAL / "record.json",
+                                           lambda d: d.update(variant="rope")),
+                       f"{FINAL}/record.json"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TAMPERED, ids=list(TAMPERED))
+def test_a_tampered_record_is_one_error_and_no_report(tiny_store, tmp_path, capsys, case):
+    """A record edited after scoring is one `error:` line naming the file, and no report."""
+    folder, report = tiny_store
+    store = tmp_path / "results"
+    shutil.copytree(folder / "results", store)
+    (store / "tiny" / "README.md").unlink()
+    tamper, named = TAMPERED[case]
+    tamper(store)
+    with pytest.raises(SystemExit) as exited:
+        script_main("run_study")([*report, "--results", str(store), "--", *report_data(folder)])
+    assert exited.value.code == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(store / named) in errors[0], errors
+    assert not (store / "tiny" / "README.md").exists()
+
+
+def report_data(folder: Path) -> list[str]:
+    """The report's overrides of every run (the tiny study's cache)."""
+    return [f"cache_dir={folder / 'cache'}"]

@@ -74,7 +74,7 @@ def test_a_kept_record_names_no_folder_outside_the_store(tmp_path):
     point = Point("grid", "all", "rope", 0.5, 1, 2000)
     words = point.train_overrides(STUDY, (f"data.path={data}",))
     record = make_record(run, STUDY, point, words, json.loads((run / "metrics.json").read_text()))
-    folder = tmp_path / "results" / "record"
+    folder = record_dir(tmp_path / "results", STUDY, point)
     keep(run, folder, record)
     kept = read_record(folder)
     assert kept == record and kept.dev_ppl == 6.5 and kept.cpu_seconds == 60.0
