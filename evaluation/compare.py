@@ -33,7 +33,7 @@ from evaluation.statistics import (
     welch_interval,
 )
 from runs.events import read_scalars
-from runs.resume import setting_differences
+from runs.resume import flatten, setting_differences
 from runs.run import Run, RunFileError, lines_sha256, search_settings
 
 log = logging.getLogger(__name__)
@@ -306,19 +306,9 @@ def corpus_identity(run: ScoredRun, by_content: bool = False) -> dict:
     return corpus
 
 
-def flat(value: object, prefix: str = "") -> dict:
-    """Nested dicts as one dict of dotted keys ({"a": {"b": 1}} -> {"a.b": 1})."""
-    if not isinstance(value, dict) or not value:
-        return {prefix: value}
-    items = {}
-    for key, inner in value.items():
-        items |= flat(inner, f"{prefix}.{key}" if prefix else str(key))
-    return items
-
-
 def differences(a: dict, b: dict) -> list[str]:
     """'key: a vs b' for each (dotted) key whose values differ, both values in full."""
-    a, b = flat(a), flat(b)
+    a, b = flatten(a), flatten(b)
     return [
         f"{key}: {shown(a, key)} vs {shown(b, key)}"
         for key in sorted(a.keys() | b.keys())
