@@ -297,6 +297,8 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     ]
     if reused:
         lines += ["Deviation: " + "; ".join(reused) + " (declared, not tuned).", ""]
+    if line := analyses_line(study):
+        lines += [line, ""]
     waiting = sorted(
         {f"{p.condition}/{p.variant}" for p in recorded_final_points(run)}
         - {f"{f.point.condition}/{f.point.variant}" for f in decided["finals"]}
@@ -314,6 +316,19 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     else:
         lines.append("No final is scored yet.")
     return "\n".join(lines) + "\n"
+
+
+def analyses_line(study: StudySpec) -> str | None:
+    """What the README says of the analyses the conditions declare: not made by these stages
+    (docs/declare-a-study.md, "Not yet"); None where none are declared."""
+    declared = [f"{c}: {', '.join(s.analyses)}" for c, s in study.conditions.items() if s.analyses]
+    if not declared:
+        return None
+    return (
+        f"Not made by these stages yet: the declared analyses ({'; '.join(declared)}); "
+        "`scripts/study.py report` makes them from records kept as the German study's were "
+        '(docs/declare-a-study.md, "Not yet").'
+    )
 
 
 STAGE_FOLDERS = {  # what each stage's folder holds (docs/declare-a-study.md)
@@ -381,6 +396,8 @@ def write_study_report(run: StudyRun, decided: dict, committed: str) -> Path:
     them)."""
     out = Path(run.results) / run.study.name
     out.mkdir(parents=True, exist_ok=True)
+    if line := analyses_line(run.study):
+        run.say(f"study: {line}")
     write_text(out / "README.md", status_markdown(run, decided, committed))
     write_json(out / "runs.json", runs_json(run))
     write_figures(run, decided, out)

@@ -8,7 +8,7 @@ from evaluation.statistics import difference_over_seeds, holm
 from studies.answer import Final, answer
 from studies.finals import FinalScores, SplitScore
 from studies.protocol import load_study
-from studies.stages import headlines
+from studies.stages import analyses_line, headlines
 from studies.store import Point, Record
 
 STUDY = load_study("pe_multi30k_fr")
@@ -74,3 +74,12 @@ def test_the_headline_figure_is_the_first_baseline_at_the_last_checkpoint(result
     assert [d.variant for d in diffs] == ["learned", "rope", "relative"]
     plot_differences(diffs, "sinusoidal", title, tmp_path / name)
     assert (tmp_path / name).stat().st_size > 0
+
+
+def test_the_readme_says_which_declared_analyses_the_stages_do_not_make():
+    """A condition's analyses (buckets, concat) are not made by run_study.py yet: its README
+    says so (was: declared and silently not made)."""
+    line = analyses_line(load_study("pe_multi30k"))
+    assert line is not None and "(short: buckets; joined: concat)" in line
+    assert "scripts/study.py report" in line
+    assert analyses_line(load_study("pe_multi30k_fr")) is None
