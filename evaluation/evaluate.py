@@ -258,11 +258,24 @@ def override_tag(position_override: dict) -> str:
     return "".join(f"-{part}" for part in parts)
 
 
+# The paper's search beyond its beam (§6.1: alpha 0.6, at most input + 50; EOS may come first),
+# configs/evaluate.yaml's defaults: a default evaluation name says only what differs from it
+PAPER_SEARCH = (("lenpen", 0.6), ("min_len", 0), ("max_len_b", 50))
+
+
+def search_tag(lenpen: float, min_len: int = 0, max_len_b: int = 50) -> str:
+    """-lenpen<a>, -minlen<n>, -maxlenb<n> for each setting other than the paper's ('' for its)."""
+    given = {"lenpen": lenpen, "min_len": min_len, "max_len_b": max_len_b}
+    other = [key for key, paper in PAPER_SEARCH if given[key] != paper]
+    return "".join(f"-{key.replace('_', '')}{given[key]:g}" for key in other)
+
+
 def evaluation_name(cfg: DictConfig, split: str, tag: str, position_override: dict) -> str:
-    """eval/<name>: name=, else <split>-<tag>-beam<k> (or the src_file's stem), the override
-    and -ctranslate2 appended; a name of the default form that other settings would write is
-    refused (it would be read as theirs)."""
-    stem = Path(cfg.src_file).stem if cfg.src_file else f"{split}-{tag}-beam{cfg.beam}"
+    """eval/<name>: name=, else <split>-<tag>-beam<k> and any other search setting (or the
+    src_file's stem), the override and -ctranslate2 appended; a name of the default form that
+    other settings would write is refused (it would be read as theirs)."""
+    search = f"beam{cfg.beam}{search_tag(cfg.lenpen, cfg.min_len, cfg.max_len_b)}"
+    stem = Path(cfg.src_file).stem if cfg.src_file else f"{split}-{tag}-{search}"
     default = stem + override_tag(position_override)
     if cfg.engine == "ctranslate2":
         default += "-ctranslate2"  # beside our engine's file of the same evaluation

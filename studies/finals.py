@@ -19,7 +19,7 @@ from pathlib import Path
 import sacrebleu
 
 from common.files import read_json, write_json
-from evaluation.evaluate import evaluate_run
+from evaluation.evaluate import evaluate_run, search_tag
 from runs.checkpoint import weights_sha256
 from runs.run import Run, lines_sha256
 from studies.plan import StudyError
@@ -73,8 +73,9 @@ def wanted_evaluations(study: StudySpec) -> list[tuple[str, str]]:
 
 
 def evaluation_name(study: StudySpec, split: str, checkpoint: str) -> str:
-    """test-last-beam4, test-avg5-beam4."""
-    return f"{split}-{checkpoint.replace(':', '')}-beam{study.search.beam}"
+    """test-last-beam4, test-avg5-beam4 (-lenpen<a> after it for another length penalty)."""
+    beam, lenpen = study.search.beam, study.search.lenpen
+    return f"{split}-{checkpoint.replace(':', '')}-beam{beam}{search_tag(lenpen)}"
 
 
 def read_scores(folder: Path) -> FinalScores | None:
@@ -133,6 +134,7 @@ def check_scores(folder: Path, scores: FinalScores, references: References | Non
     record = Run(folder)
     for row in scores.scores:
         name = f"{row.split}-{row.checkpoint.replace(':', '')}-beam{scores.beam}"
+        name += search_tag(scores.lenpen)
         result = record.evaluation(name)
         if result is None:
             raise StudyError(f"{record.evaluation_file(name)} is missing ({SCORES_FILE} quotes "

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -126,6 +127,19 @@ def test_checkpoint_choices(trained_run):
     for choice, message in (("avg:0", "positive integer"), ("avg:99", "only 5 step checkpoints")):
         with pytest.raises(CheckpointError, match=message):
             evaluate(eval_config(trained_run, f"checkpoint={choice}"))
+
+
+def test_another_search_is_named_and_never_written_over_the_papers(trained_run, tmp_path):
+    """lenpen=1 wrote validation-last-beam4 over the paper-setting evaluation (was)."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    paper = evaluate(eval_config(run, "split=test", "beam=1"))
+    before = (run / "eval" / f"{paper['name']}.json").read_bytes()
+    other = evaluate(eval_config(run, "split=test", "beam=1", "lenpen=1.0", "min_len=1"))
+    assert (paper["name"], other["name"]) == ("test-last-beam1", "test-last-beam1-lenpen1-minlen1")
+    assert (run / "eval" / "test-last-beam1.json").read_bytes() == before
+    with pytest.raises(UserError, match="name=test-last-beam1 is the default name of other"):
+        evaluate(eval_config(run, "split=test", "beam=1", "lenpen=1.0", "name=test-last-beam1"))
 
 
 def test_missing_run_directory_is_a_clear_error(tmp_path):
