@@ -183,7 +183,7 @@ def planned_estimate(run: StudyRun, grid: dict[Key, Choice], check: dict[Key, Ch
     return lines
 
 
-def test_references(run: StudyRun) -> Callable[[Point, str], list[str] | None]:
+def reference_loader(run: StudyRun) -> Callable[[Point, str], list[str] | None]:
     """A point's test references as its finals were scored (None, said once: not loadable)."""
     loaded: dict[str, list[str] | None] = {}
 
@@ -207,7 +207,7 @@ def test_references(run: StudyRun) -> Callable[[Point, str], list[str] | None]:
 
 def score_finals(run: StudyRun, finals: dict[Point, Record]) -> dict[Point, FinalScores]:
     """Every recorded final scored on the test sets (not in a dry run: listed as to score)."""
-    scored, references = {}, test_references(run)
+    scored, references = {}, reference_loader(run)
     for point in finals:
         folder = record_dir(run.results, run.study, point)
         if not run.trains(point.stage) and not is_scored(run.study, folder):

@@ -55,7 +55,7 @@ def test_references_that_cannot_be_loaded_are_said_in_one_line(monkeypatch):
         raise DataError("no corpus here")
 
     monkeypatch.setattr(stages, "load_split", unloadable)
-    references = stages.test_references(run)
+    references = stages.reference_loader(run)
     point = Point("final", "all", "rope", 1.0, 1, 50)
     assert references(point, "test") is None and references(point, "test") is None
     assert len(said) == 1 and "cannot be loaded (no corpus here)" in said[0]
