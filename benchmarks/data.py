@@ -42,6 +42,7 @@ import torch.distributed as dist
 
 from common.configs import compose_config
 from common.errors import UserError, optional_module
+from common.files import write_json
 from data.batching import TokenBatchSampler, plan_update
 from data.corpus import MULTI30K_HUB, load_multi30k, prepare_data, select_direction
 from data.tokenizer import default_num_threads
@@ -308,8 +309,7 @@ def cache_sizes(cache: Path) -> dict[str, float]:
 
 def write_kept_marker(work: Path, pairs: int, settings: dict) -> None:
     """Mark work as a finished --keep run's folder (what --warm-only accepts)."""
-    record = {"pairs": pairs, "settings": settings}
-    (work / KEPT_MARKER).write_text(json.dumps(record, indent=1) + "\n")
+    write_json(work / KEPT_MARKER, {"pairs": pairs, "settings": settings})  # whole or absent
 
 
 def is_kept_marker(path: Path) -> bool:

@@ -74,7 +74,11 @@ def wanted_evaluations(study: StudySpec) -> list[tuple[str, str]]:
 
 def evaluation_name(study: StudySpec, split: str, checkpoint: str) -> str:
     """test-last-beam4, test-avg5-beam4 (-lenpen<a> after it for another length penalty)."""
-    beam, lenpen = study.search.beam, study.search.lenpen
+    return search_name(split, checkpoint, study.search.beam, study.search.lenpen)
+
+
+def search_name(split: str, checkpoint: str, beam: int, lenpen: float) -> str:
+    """The evaluation name evaluate.py gives a split scored with this checkpoint and search."""
     return f"{split}-{checkpoint.replace(':', '')}-beam{beam}{search_tag(lenpen)}"
 
 
@@ -133,8 +137,7 @@ def check_scores(folder: Path, scores: FinalScores, references: References | Non
     """StudyError where a scored final's .hyp, scores.json or BLEU/chrF is not what was scored."""
     record = Run(folder)
     for row in scores.scores:
-        name = f"{row.split}-{row.checkpoint.replace(':', '')}-beam{scores.beam}"
-        name += search_tag(scores.lenpen)
+        name = search_name(row.split, row.checkpoint, scores.beam, scores.lenpen)
         result = record.evaluation(name)
         if result is None:
             raise StudyError(f"{record.evaluation_file(name)} is missing ({SCORES_FILE} quotes "
