@@ -1,10 +1,12 @@
 """Text and JSON files a run writes (metrics, scores, translations), each written atomically,
 and the JSON objects read back."""
 
+import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,6 +107,34 @@ def write_text(path: str | Path, text: str) -> None:
     write_texts({Path(path): text})
 
 
+STAGING_OWNER = ".owner"  # in a staging folder while it fills: "<host> <pid>" of its writer
+
+
+def stale_stagings(out: Path) -> list[Path]:
+    """The staging folders of out that a killed call on this machine left (the writer its owner
+    file names is gone); another machine's, or a live writer's, are left alone."""
+    stale = []
+    for folder in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
+        try:
+            host, pid = (folder / STAGING_OWNER).read_text().split()
+        except (OSError, ValueError):
+            continue  # not a staging folder this code marked
+        if host == socket.gethostname() and not process_alive(int(pid)):
+            stale.append(folder)
+    return stale
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (signal 0 only asks)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
 @contextmanager
 def staged_folder(out: Path) -> Iterator[Path]:
     """A temporary folder beside out to fill, renamed to out once the block completes.
@@ -114,10 +144,14 @@ def staged_folder(out: Path) -> Iterator[Path]:
     """
     made = missing_folders(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in stale_stagings(out):
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
     try:
         os.chmod(staging, new_folder_mode())
+        (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         yield staging
+        (staging / STAGING_OWNER).unlink(missing_ok=True)  # a writer may have cleared it
         os.replace(staging, out)  # over an empty folder too (rename(2))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -126,15 +160,16 @@ def staged_folder(out: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def replaced_folder(out: Path) -> Iterator[Path]:
-    """A copy of out (or a new folder) beside it to rewrite, swapped in for out as a whole once
-    the block completes: a kill or an error inside leaves out as it was, never half old and
-    half new (what the block does not rewrite, e.g. a note by hand, stays)."""
+def replaced_folder(out: Path, keep: bool = True) -> Iterator[Path]:
+    """A copy of out (or, keep=False, an empty folder) beside it to rewrite, swapped in for out
+    as a whole once the block completes: a kill or an error inside leaves out as it was, never
+    half old and half new (with keep, what the block does not rewrite, e.g. a note by hand,
+    stays; without, a file the block no longer writes is gone)."""
     out = Path(out)
     new = out.with_name(f".{out.name}.new")  # complete, waiting to be swapped in
     shutil.rmtree(new, ignore_errors=True)  # a killed call's
     with staged_folder(new) as staging:
-        if out.is_dir():
+        if keep and out.is_dir():
             shutil.copytree(out, staging, dirs_exist_ok=True)
         yield staging
     old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))

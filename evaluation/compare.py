@@ -110,7 +110,7 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
         raise CompareError(
             f"no run directories (folders with metrics.json) under {', '.join(map(str, paths))}"
         )
-    return sorted(set(found))
+    return sorted(found)  # a folder found twice stays twice: check_distinct refuses it
 
 
 def variant_names() -> dict[str, str]:
@@ -671,6 +671,8 @@ def check_distinct(runs: list[ScoredRun]) -> None:
     by_id: dict[str, ScoredRun] = {}
     for run in runs:
         other = by_id.setdefault(run.run.identity() or str(run.path.resolve()), run)
+        if other is not run and other.path == run.path:
+            raise CompareError(f"{run.path} is given twice: a run counts once; pass it once")
         if other is not run:
             raise CompareError(
                 f"{other.path} and {run.path} are one run (run id {run.run.identity()}, "

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the checkout (README)
 
 from common.errors import report_user_errors
-from common.files import write_json, write_text
+from common.files import replaced_folder, write_json, write_text
 from studies.across import across, across_markdown
 from studies.answer import answer
 from studies.pipeline import Launch, StudyRun
@@ -65,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.results / "+".join(args.studies)
     title = f"# Across studies: {', '.join(args.studies)}"
     table = across_markdown(pooled, args.studies, margins.pop())
-    write_text(out / "README.md", "\n".join([title, "", *table]) + "\n")
-    write_json(out / "across.json", [asdict(p) for p in pooled])
+    with replaced_folder(out, keep=False) as folder:  # swapped in whole: never half a report
+        write_text(folder / "README.md", "\n".join([title, "", *table]) + "\n")
+        write_json(folder / "across.json", [asdict(p) for p in pooled])
     print(f"written: {out}/README.md, across.json ({len(pooled)} differences in every study)")
     return 0
 

@@ -8,7 +8,8 @@
 (<results>/<name>/<stage>/runs/) records, records finished run folders of <work>/<name>/, and
 trains the rest, N at a time; the same command resumes after a kill. --dry-run lists every run
 still to train and the CPU-hours it would take, and writes nothing; --report also writes the
-study's README, runs.json and stage READMEs from the records as they are.
+study's summary (README, runs.json, figures: <results>/<name>/summary/, swapped in whole) from
+the records as they are.
 """
 
 import argparse
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
     out = write_study_report(run, decided, committed_in(study_path(args.study)))
-    print(f"study {study.name}: written {out}/README.md, runs.json")
+    print(f"study {study.name}: written {out}/ (README.md, runs.json, figures)")
     if run.failed:
         print(f"study {study.name}: {len(run.failed)} runs failed; the same command trains them "
               f"again once fixed (logs: {', '.join(run.failed)})")  # fmt: skip

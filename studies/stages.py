@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from common.errors import UserError
-from common.files import write_json, write_text
+from common.files import replaced_folder, write_json, write_text
 from data.corpus import load_split
 from evaluation.plots import RateCurve, plot_differences, plot_rate_curves
 from studies.answer import Difference, Final, answer, answer_markdown
@@ -272,7 +273,8 @@ def spent_hours(records: Sequence[Record]) -> float:
 
 
 def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
-    """results/<study>/README.md: each stage's choices so far and the CPU-hours spent."""
+    """results/<study>/summary/README.md: each stage's choices so far, its records and the
+    CPU-hours spent, then the answer."""
     study = run.study
     lines = [
         f"# Study {study.name}",
@@ -280,7 +282,8 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         study.description.strip(),
         "",
         f"Declared in `configs/study/{study.name}.yaml`, committed in {committed}. Written by "
-        f"`python scripts/run_study.py {study.name}`; each stage's records are in `<stage>/runs/`.",
+        f"`python scripts/run_study.py {study.name}`; each stage's records are in "
+        f"`results/{study.name}/<stage>/runs/`.",
         "",
         f"CPU-hours spent so far: {spent_hours(run.records()):.1f}.",
         "",
@@ -290,8 +293,9 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         for (condition, variant), choice in decided[stage].items():
             lines.append(f"- {choice_line(f'{condition}/{variant}', choice)}")
         if decided[stage] and (Path(run.results) / study.name / stage).is_dir():  # drawn
-            lines += ["", f"![mean dev PPL against the rate]({stage}/{RATE_FIGURE})"]
+            lines += ["", f"![mean dev PPL against the rate]({stage}_{RATE_FIGURE})"]
         lines.append("")
+    lines += stage_lines(run)
     reused = [
         f"{c} reuses {s.rates_from}'s rates" for c, s in study.conditions.items() if s.rates_from
     ]
@@ -350,7 +354,7 @@ def runs_json(run: StudyRun) -> list[dict]:
     return [{k: v for k, v in asdict(r).items() if k != "fingerprints"} for r in run.records()]
 
 
-RATE_FIGURE = "dev_ppl_vs_lr.png"  # in a stage's folder: its choices' mean dev PPL by rate
+RATE_FIGURE = "dev_ppl_vs_lr.png"  # summary/<stage>_<this>: mean dev PPL by rate
 
 
 def headlines(study: StudySpec, result: dict) -> list[tuple[str, str, list[Difference]]]:
@@ -382,30 +386,36 @@ def write_figures(run: StudyRun, decided: dict, out: Path) -> None:
     """The rate figure of the grid and the check, and the answer's headline figures."""
     budgets = {"grid": run.study.grid.steps, "check": run.study.final.steps}
     for stage, steps in budgets.items():
-        if decided[stage] and (out / stage).is_dir():
-            plot_rate_curves(rate_curves(decided[stage]), steps, out / stage / RATE_FIGURE)
+        if decided[stage] and (Path(run.results) / run.study.name / stage).is_dir():
+            curves = rate_curves(decided[stage])
+            plot_rate_curves(curves, steps, out / f"{stage}_{RATE_FIGURE}")
     if decided["finals"]:
         result = answer(run.study, decided["finals"], answer_checkpoints(run.study))
         for name, title, diffs in headlines(run.study, result):
             plot_differences(diffs, run.study.statistics.baselines[0], title, out / name)
 
 
+def stage_lines(run: StudyRun) -> list[str]:
+    """The README's section on the record stores: what each stage's folder holds, how many."""
+    lines = ["## Records", ""]
+    counts = Counter(r.stage for r in run.records())
+    for stage, what in STAGE_FOLDERS.items():
+        if counts[stage]:
+            lines.append(f"- `{stage}/runs/`: {what}; {counts[stage]} records.")
+    return [*lines, ""]
+
+
+SUMMARY = "summary"  # results/<study>/summary/: what write_study_report writes, as one folder
+
+
 def write_study_report(run: StudyRun, decided: dict, committed: str) -> Path:
-    """results/<study>/: README.md, runs.json, the figures, and a README in each stage's
-    folder (the texts written atomically; all derived from the records, so a rerun rewrites
-    them)."""
-    out = Path(run.results) / run.study.name
-    out.mkdir(parents=True, exist_ok=True)
+    """results/<study>/summary/: README.md, runs.json and the figures, all derived from the
+    records, written to a new folder and swapped in whole (a kill leaves the summary before)."""
+    out = Path(run.results) / run.study.name / SUMMARY
     if line := analyses_line(run.study):
         run.say(f"study: {line}")
-    write_text(out / "README.md", status_markdown(run, decided, committed))
-    write_json(out / "runs.json", runs_json(run))
-    write_figures(run, decided, out)
-    for stage, what in STAGE_FOLDERS.items():
-        folder = out / stage
-        if folder.is_dir():
-            count = len(list(folder.glob("runs/**/record.json")))
-            lines = [f"# {run.study.name}: {stage}", "", f"{what[0].upper()}{what[1:]}.", ""]
-            lines.append(f"{count} records in `runs/`; the study's README has the choices.")
-            write_text(folder / "README.md", "\n".join(lines) + "\n")
+    with replaced_folder(out, keep=False) as folder:
+        write_text(folder / "README.md", status_markdown(run, decided, committed))
+        write_json(folder / "runs.json", runs_json(run))
+        write_figures(run, decided, folder)
     return out

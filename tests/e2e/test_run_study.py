@@ -17,7 +17,7 @@ import yaml
 from runs.checkpoint import load_checkpoint
 from studies.finals import read_scores
 from studies.protocol import load_study
-from studies.stages import RATE_FIGURE
+from studies.stages import RATE_FIGURE, SUMMARY
 from studies.store import Point, read_record, record_dir, work_dir
 from tests.conftest import ROOT, script_main
 
@@ -111,9 +111,9 @@ def test_one_command_resumes_after_a_kill_and_then_changes_nothing(tmp_path):
     last, averaged = scores.score("test", "last"), scores.score("test", "avg:2")
     assert last.step == averaged.step == 50 and last.n_sentences == 61
     assert last.weights_sha256 != averaged.weights_sha256
-    readme = (results / "tiny" / "README.md").read_text()
+    readme = (results / "tiny" / SUMMARY / "README.md").read_text()
     assert "## The answer" in readme and "BLEU avg:2" in readme
-    assert (results / "tiny" / "grid" / RATE_FIGURE).is_file()  # and drawn in the style
+    assert (results / "tiny" / SUMMARY / f"grid_{RATE_FIGURE}").is_file()  # and drawn in the style
 
     before = tree_hash(work, results)
     assert script_main("run_study")(args) == 0
@@ -194,7 +194,7 @@ def test_a_tampered_record_is_one_error_and_no_report(tiny_store, tmp_path, caps
     folder, report = tiny_store
     store = tmp_path / "results"
     shutil.copytree(folder / "results", store)
-    (store / "tiny" / "README.md").unlink()
+    shutil.rmtree(store / "tiny" / SUMMARY)
     tamper, named = TAMPERED[case]
     tamper(store)
     with pytest.raises(SystemExit) as exited:
@@ -202,7 +202,29 @@ def test_a_tampered_record_is_one_error_and_no_report(tiny_store, tmp_path, caps
     assert exited.value.code == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(store / named) in errors[0], errors
-    assert not (store / "tiny" / "README.md").exists()
+    assert not (store / "tiny" / SUMMARY).exists()
+
+
+def test_a_report_killed_mid_write_leaves_the_summary_before(tiny_store, tmp_path, monkeypatch):
+    """The outside probe's 14-11: killed after README.md was rewritten, the summary folder was
+    half new (README, runs.json) and half old (figures); now it is swapped in whole or not."""
+    folder, report = tiny_store
+    store = tmp_path / "results"
+    shutil.copytree(folder / "results", store)
+    summary = store / "tiny" / SUMMARY
+    (summary / "README.md").write_text("the summary before\n", encoding="utf-8")
+    before = tree_hash(store)
+
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt  # once the README and runs.json are written, before a figure
+
+    monkeypatch.setattr("studies.stages.plot_rate_curves", killed)
+    with pytest.raises(KeyboardInterrupt):
+        script_main("run_study")([*report, "--results", str(store), "--", *report_data(folder)])
+    assert tree_hash(store) == before
+    assert sorted(p.name for p in (store / "tiny").iterdir()) == sorted(
+        p.name for p in (folder / "results" / "tiny").iterdir()
+    )  # no staging folder left beside it
 
 
 def report_data(folder: Path) -> list[str]:

@@ -2,10 +2,16 @@
 
 import errno
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 
 from common.files import (
+    STAGING_OWNER,
     replaced_folder,
     staged_folder,
     write_failure,
@@ -13,6 +19,7 @@ from common.files import (
     write_text,
     write_texts,
 )
+from tests.conftest import ROOT
 
 
 def test_write_json_round_trips_and_creates_folders(tmp_path):
@@ -66,6 +73,31 @@ def test_a_staged_folder_appears_whole_or_not_at_all(tmp_path):
         (staging / "config.json").write_text("{}")
         assert not out.exists()
     assert [p.name for p in tmp_path.rglob("*")] == ["exports", "marian", "config.json"]
+
+
+def test_a_killed_writers_staging_folder_is_cleared_by_the_next(tmp_path):
+    """The outside probe's 14-08/14-09: a kill -9 mid-export left a hidden `.hf.*.partial`
+    beside --out for good; the next write to that out removes it, and only it (a live writer's,
+    or another machine's, stays)."""
+    out = tmp_path / "exports" / "hf"
+    killed = (
+        "import os, signal, sys; from pathlib import Path; from common.files import staged_folder\n"
+        f"with staged_folder(Path({str(out)!r})) as s:\n"
+        "    (s / 'config.json').write_text('{}'); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", killed], cwd=ROOT, check=False)
+    assert done.returncode == -signal.SIGKILL
+    left = list(out.parent.glob(".hf.*.partial"))
+    assert len(left) == 1 and (left[0] / "config.json").is_file()
+    live, foreign = out.parent / ".hf.live.partial", out.parent / ".hf.foreign.partial"
+    here = f"{socket.gethostname()} {os.getpid()}"  # this test's process: alive
+    for folder, owner in ((live, here), (foreign, "elsewhere 1")):
+        folder.mkdir()
+        (folder / STAGING_OWNER).write_text(owner)
+    with staged_folder(out) as staging:
+        (staging / "config.json").write_text("{}")
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted([live.name, foreign.name, "hf"])
+    assert [p.name for p in out.iterdir()] == ["config.json"]  # the owner file is not exported
 
 
 def test_a_full_disk_is_one_line_saying_what_to_do():

@@ -434,6 +434,8 @@ def test_a_seed_given_twice_is_refused_not_pooled(tmp_path, toy_validation, caps
     config.write_text(config.read_text().replace("label_smoothing: 0.1", "label_smoothing: 0.2"))
     err = error_of(capsys, tmp_path / "runs", again.parent, "--resamples", "0", "--out", out)
     assert "both sinusoidal seed 1 (two folders)" in err and not out.exists()
+    err = error_of(capsys, tmp_path / "runs", run, "--resamples", "0", "--out", out)
+    assert f"{run} is given twice: a run counts once" in err and not out.exists()  # probe a-01
 
 
 def test_another_search_under_the_name_or_an_override_is_refused(tmp_path, toy_validation, capsys):
