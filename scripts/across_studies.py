@@ -22,14 +22,14 @@ from studies.across import across, across_markdown
 from studies.answer import answer
 from studies.pipeline import Launch, StudyRun
 from studies.plan import StudyError
-from studies.protocol import check_run_overrides, load_study
+from studies.protocol import StudySpec, check_run_overrides, load_study
 from studies.stages import run_stages
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("studies", nargs="+", help="configs/study/<name>.yaml by name")
+    parser.add_argument("studies", nargs="+", help="configs/study/<name>.yaml by name, or a path")
     parser.add_argument("--data", action="append", default=[], help="<study>=<data folder>")
     parser.add_argument("--results", type=Path, default=Path("results"), help="record stores")
     parser.add_argument("--out", type=Path, help="report folder (default <results>/<a>+<b>)")
@@ -39,9 +39,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def study_differences(name: str, data: dict[str, str], results: Path) -> list:
+def study_differences(study: StudySpec, data: dict[str, str], results: Path) -> list:
     """A study's differences (last checkpoint), read from its records."""
-    study = load_study(name)
+    name = study.name
     overrides = (f"data.path={Path(data[name]).resolve()}",) if name in data else ()
     check_run_overrides(study, overrides)
     run = StudyRun(study, Path("outputs/studies"), results, Launch(overrides=overrides), True)
@@ -52,19 +52,25 @@ def study_differences(name: str, data: dict[str, str], results: Path) -> list:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; a problem the user can fix is one `error:` line and exit status 1."""
     args = parse(argv)
+    studies = [load_study(name) for name in args.studies]
+    names = [study.name for study in studies]
+    if len(set(names)) < len(names):
+        raise StudyError(f"{' '.join(args.studies)} declare the study names {' '.join(names)}: "
+                         "pass studies of different names")  # fmt: skip
     data = dict(item.split("=", 1) for item in args.data if "=" in item)
-    unknown = set(data) - set(args.studies)
+    unknown = set(data) - set(names)
     if unknown or len(data) != len(args.data):
-        raise StudyError(f"--data {' '.join(args.data)}: pass <study>=<folder> for these studies")
-    diffs = {name: study_differences(name, data, args.results) for name in args.studies}
+        raise StudyError(f"--data {' '.join(args.data)}: pass <study name>=<folder> for these "
+                         f"studies ({', '.join(names)})")  # fmt: skip
+    diffs = {study.name: study_differences(study, data, args.results) for study in studies}
     pooled = across(diffs)
-    margins = {load_study(name).statistics.equivalence_margin for name in args.studies}
+    margins = {study.statistics.equivalence_margin for study in studies}
     if len(margins) > 1:
         raise StudyError(f"the studies test equivalence at different margins ({sorted(margins)}): "
                          "declare one statistics.equivalence_margin in each")  # fmt: skip
-    out = args.out or args.results / "+".join(args.studies)
-    title = f"# Across studies: {', '.join(args.studies)}"
-    table = across_markdown(pooled, args.studies, margins.pop())
+    out = args.out or args.results / "+".join(names)
+    title = f"# Across studies: {', '.join(names)}"
+    table = across_markdown(pooled, names, margins.pop())
     with replaced_folder(out, keep=False) as folder:  # swapped in whole: never half a report
         write_text(folder / "README.md", "\n".join([title, "", *table]) + "\n")
         write_json(folder / "across.json", [asdict(p) for p in pooled])

@@ -31,7 +31,7 @@ class Pooled:
     baseline: str
     variant: str
     by_study: dict[str, Difference]
-    signs_agree: bool | None  # None: a study has no difference here
+    signs_agree: bool | None  # None: a study has no difference here, or a zero one
     difference: float | None  # the inverse-variance weighted mean
     low: float | None
     high: float | None
@@ -77,7 +77,8 @@ def across(answers: dict[str, Sequence[Difference]], checkpoint: str = "last") -
     for key in sorted(shared):
         by_study = {name: keyed[name][key] for name in keyed}
         values = [d.difference for d in by_study.values()]
-        signs = None if None in values else len({v > 0 for v in values}) == 1
+        signed = None in values or 0 in values  # a zero difference has no sign to agree with
+        signs = None if signed else len({v > 0 for v in values}) == 1
         rows.append((key, by_study, signs, pool(list(by_study.values()))))
     out = []
     for baseline in sorted({key[2] for key, *_ in rows}):

@@ -288,10 +288,14 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         f"CPU-hours spent so far: {spent_hours(run.records()):.1f}.",
         "",
     ]
+    moves = moved(decided["grid"], decided["check"])
     for stage in ("grid", "check"):
         lines += [f"## {stage}", ""]
-        for (condition, variant), choice in decided[stage].items():
-            lines.append(f"- {choice_line(f'{condition}/{variant}', choice)}")
+        for key, choice in decided[stage].items():
+            line = f"- {choice_line('/'.join(key), choice)}"
+            if stage == "check" and key in moves:
+                line += f"; moved from the grid's ×{moves[key]:g}"
+            lines.append(line)
         if decided[stage] and (Path(run.results) / study.name / stage).is_dir():  # drawn
             lines += ["", f"![mean dev PPL against the rate]({stage}_{RATE_FIGURE})"]
         lines.append("")
@@ -303,14 +307,7 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         lines += ["Deviation: " + "; ".join(reused) + " (declared, not tuned).", ""]
     if line := analyses_line(study):
         lines += [line, ""]
-    waiting = sorted(
-        {f"{p.condition}/{p.variant}" for p in recorded_final_points(run)}
-        - {f"{f.point.condition}/{f.point.variant}" for f in decided["finals"]}
-    )
-    lines += ["## The answer", ""]
-    if waiting:
-        lines += [f"Finals recorded but not in this answer until the check decides their rate: "
-                  f"{', '.join(waiting)}.", ""]  # fmt: skip
+    lines += ["## The answer", "", *left_out_lines(study, recorded_final_points(run), decided)]
     if decided["finals"]:
         checkpoints = answer_checkpoints(study)
         result = answer(study, decided["finals"], checkpoints)
@@ -320,6 +317,46 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
     else:
         lines.append("No final is scored yet.")
     return "\n".join(lines) + "\n"
+
+
+def moved(grid: dict[Key, Choice], check: dict[Key, Choice]) -> dict[Key, float]:
+    """{pair: the grid's rate} of each pair whose rate the check moved at the final budget."""
+    return {
+        key: grid[key].rate
+        for key, choice in check.items()
+        if choice.complete and choice.rate is not None and grid[key].rate != choice.rate
+    }
+
+
+def left_out_lines(study: StudySpec, finals: Sequence[Record], decided: dict) -> list[str]:
+    """What the answer says of the recorded finals it leaves out: those of a pair whose check
+    has not decided, and those at a rate other than the check's choice (the finals at the
+    chosen rate are the next step)."""
+    answered = {(f.point.condition, f.point.variant) for f in decided["finals"]}
+    undecided, other = set(), {}
+    for record in finals:
+        key = (record.condition, record.variant)
+        spec = study.conditions.get(record.condition)
+        choice = decided["check"].get(((spec and spec.rates_from) or record.condition, key[1]))
+        if choice is not None and choice.complete and choice.rate is not None:
+            if record.lr_scale != choice.rate:
+                other.setdefault(key, (set(), choice.rate))[0].add(record.lr_scale)
+        elif key not in answered:
+            undecided.add(key)
+    lines = []
+    if undecided:
+        names = ", ".join(f"{c}/{v}" for c, v in sorted(undecided))
+        lines += [f"Finals recorded but not in this answer until the check decides their rate: "
+                  f"{names}.", ""]  # fmt: skip
+    if other:
+        names = "; ".join(
+            f"{c}/{v} at ×{', ×'.join(f'{r:g}' for r in sorted(rates))} (the check chose "
+            f"×{chosen:g})"
+            for (c, v), (rates, chosen) in sorted(other.items())
+        )
+        lines += [f"Finals recorded at a rate the check did not choose, not in this answer (the "
+                  f"finals at the chosen rate are the next step): {names}.", ""]  # fmt: skip
+    return lines
 
 
 def analyses_line(study: StudySpec) -> str | None:

@@ -1,10 +1,12 @@
 """A tiny declared study through one command: killed mid-way, resumed, then a no-op."""
 
 import hashlib
+import inspect
 import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -24,11 +26,13 @@ from tests.conftest import ROOT, script_main
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 
 
-def tiny_study(folder: Path) -> Path:
-    """One variant, one grid rate x 2 seeds at 40 steps, the check's 2 seeds at 50 (the finals,
-    scored at the last checkpoint and the average of the last 2)."""
+def tiny_study(
+    folder: Path, name: str = "tiny", variants: tuple[str, ...] = ("sinusoidal",)
+) -> Path:
+    """Each variant at one grid rate x 2 seeds at 40 steps, the check's 2 seeds at 50 (the
+    finals, scored at the last checkpoint and the average of the last 2)."""
     study = {
-        "name": "tiny",
+        "name": name,
         "experiment": "quickstart",
         "overrides": [
             "data.corpus.train_size=3000",
@@ -45,14 +49,14 @@ def tiny_study(folder: Path) -> Path:
             "optim.warmup=10",
             "trainer.num_threads=1",
         ],  # fmt: skip
-        "variants": {"sinusoidal": {}},
+        "variants": {variant: {} for variant in variants},
         "conditions": {"all": {}},
         "grid": {"rates": [1.0], "steps": 40, "seeds": [1, 2], "edge_steps": 0},
         "check": {"within": 2.0, "seeds": [1, 2]},
         "final": {"steps": 50, "seeds": 2, "average_last": 2},
         "statistics": {"baselines": ["sinusoidal"]},
     }
-    path = folder / "tiny.yaml"
+    path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(study), encoding="utf-8")
     return path
 
@@ -135,7 +139,7 @@ def test_a_run_that_fails_is_named_and_the_command_exits_1(tmp_path, capsys):
 def tiny_store(tmp_path_factory) -> tuple[Path, list[str]]:
     """The tiny study trained and scored once: its folder, and the report's arguments."""
     folder = tmp_path_factory.mktemp("tiny_store")
-    path = tiny_study(folder)
+    path = tiny_study(folder, variants=("sinusoidal", "learned"))
     args = [str(path), "--work", str(folder / "work"), "--results", str(folder / "results")]
     args += ["--", f"cache_dir={folder / 'cache'}"]
     assert script_main("run_study")(args) == 0
@@ -230,3 +234,49 @@ def test_a_report_killed_mid_write_leaves_the_summary_before(tiny_store, tmp_pat
 def report_data(folder: Path) -> list[str]:
     """The report's overrides of every run (the tiny study's cache)."""
     return [f"cache_dir={folder / 'cache'}"]
+
+
+def final_bleu(results: Path, study, variant: str, seed: int) -> float:
+    """A final's test BLEU at the last checkpoint, as its scores.json records it."""
+    point = Point("final", "all", variant, 1.0, seed, 50)
+    return read_scores(record_dir(results, study, point)).score("test", "last").bleu
+
+
+def test_across_studies_sets_two_studies_side_by_side(tiny_store, tmp_path, monkeypatch):
+    """A second study recording the first's trainings (copied run folders: recorded, not
+    trained): each study's difference, named by the study, is the mean paired difference of
+    the BLEUs its scores.json hold; the report is swapped in whole. (At 50 steps these tiny
+    models score BLEU 0, so the differences are 0: no sign, no pool; the pool's arithmetic is
+    tests/unit/studies/test_across.py's.)"""
+    folder, _ = tiny_store
+    results, work = tmp_path / "results", tmp_path / "work"
+    shutil.copytree(folder / "results", results)
+    shutil.copytree(folder / "work" / "tiny", work / "tiny_b")
+    first, second = folder / "tiny.yaml", tiny_study(tmp_path, "tiny_b", ("sinusoidal", "learned"))
+    words = ["--work", str(work), "--results", str(results), "--", *report_data(folder)]
+    assert script_main("run_study")([str(second), *words]) == 0
+    monkeypatch.chdir(tmp_path)
+    args = [str(first), str(second), "--results", str(results)]
+    assert script_main("across_studies")(args) == 0
+    out = results / "tiny+tiny_b"  # named by the studies, not by the paths given
+    (row,) = json.loads((out / "across.json").read_text(encoding="utf-8"))
+    assert (row["baseline"], row["variant"], row["steps"]) == ("sinusoidal", "learned", 50)
+    study = load_study(str(first))
+    by_hand = statistics.mean(
+        final_bleu(results, study, "learned", s) - final_bleu(results, study, "sinusoidal", s)
+        for s in (1, 2)
+    )
+    assert sorted(row["by_study"]) == ["tiny", "tiny_b"]
+    assert [d["difference"] for d in row["by_study"].values()] == pytest.approx([by_hand] * 2)
+    assert row["signs_agree"] is (None if by_hand == 0 else True)
+    (out / "README.md").write_text("the report before\n", encoding="utf-8")
+    before = tree_hash(out)
+
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt  # README.md written, across.json not yet
+
+    main = script_main("across_studies")
+    monkeypatch.setitem(inspect.unwrap(main).__globals__, "write_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(args)
+    assert tree_hash(out) == before and not list(results.glob(".tiny+tiny_b*"))

@@ -44,6 +44,15 @@ def test_the_pooled_comparisons_of_one_baseline_are_one_holm_family():
     assert alone[0].p_holm == pytest.approx(alone[0].p)
 
 
+def test_a_zero_difference_has_no_sign_to_agree_with():
+    """0 beside a negative difference was counted as agreeing (0 > 0 is False, as is -1 > 0)."""
+    german = [diff("rope", "sinusoidal", 0.0, 0.5), diff("t5", "sinusoidal", 0.0, 0.5)]
+    french = [diff("rope", "sinusoidal", -1.0, 0.5), diff("t5", "sinusoidal", 0.0, 0.5)]
+    pooled = {p.variant: p for p in across({"de": german, "fr": french})}
+    assert pooled["rope"].signs_agree is None and pooled["t5"].signs_agree is None
+    assert "| – |" in across_markdown(list(pooled.values()), ["de", "fr"])[2]
+
+
 def test_a_difference_one_study_lacks_is_not_pooled():
     german = [diff("rope", "sinusoidal", 1.0, 0.5), diff("t5", "sinusoidal", 1.0, 0.5)]
     french = [diff("rope", "sinusoidal", 2.0, 1.0)]
