@@ -30,6 +30,7 @@ from evaluation.perplexity import perplexity
 from evaluation.translate import fitting_lines, nbest_lines, translate, translate_nbest
 from interop.ctranslate2_engine import ctranslate2_translator, translate_ctranslate2
 from model.position import PositionRangeError
+from runs.checkpoint import check_finite_weights
 from runs.device import resolve_device, resolve_precision
 from runs.run import Run, checkpoint_record, lines_sha256, load_run, rebuild_model
 from runs.settings import check_finite
@@ -320,6 +321,7 @@ def evaluate(cfg: DictConfig) -> dict:
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir)
     state, tag = load_run(run_dir, str(cfg.checkpoint))
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, device, run_dir)
     check_beam(cfg, tokenizer)
     position_override = apply_position_override(model, cfg)
@@ -474,7 +476,9 @@ def translate_stdin(cfg: DictConfig) -> None:
     check_options(cfg)
     device = resolve_device(cfg.device)
     run_dir = Path(cfg.run_dir)
-    model, tokenizer = rebuild_model(load_run(run_dir, str(cfg.checkpoint))[0], device, run_dir)
+    state, tag = load_run(run_dir, str(cfg.checkpoint))
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")  # probe 13-26: an empty line
+    model, tokenizer = rebuild_model(state, device, run_dir)
     check_beam(cfg, tokenizer)
     apply_position_override(model, cfg)
     precision = resolve_precision(cfg.precision, device)

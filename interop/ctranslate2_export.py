@@ -16,7 +16,8 @@ from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from interop.ctranslate2_engine import convert_model
 from interop.export import check_own_weights, weights_record
-from runs.run import check_finite_weights, load_run, rebuild_model
+from runs.checkpoint import check_finite_weights
+from runs.run import load_run, rebuild_model
 
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16")
 

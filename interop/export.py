@@ -24,9 +24,9 @@ from common.errors import UserError, optional_module
 from common.files import staged_folder, write_failure, write_json
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
 from interop.marian import check_mappable, layer_norm_eps, to_marian
-from runs.checkpoint import load_checkpoint, weights_sha256
+from runs.checkpoint import check_finite_weights, load_checkpoint, weights_sha256
 from runs.resume import setting_differences
-from runs.run import Run, check_finite_weights, checkpoint_record, load_run, rebuild_model
+from runs.run import Run, checkpoint_record, load_run, rebuild_model
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which modeling_marian.py leaves in place
 

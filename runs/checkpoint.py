@@ -219,12 +219,29 @@ def check_not_averaged(state: dict, path: Path) -> None:
     )
 
 
+def check_finite_weights(state: dict, what: str) -> None:
+    """CheckpointError where a checkpoint's weights hold NaN or infinity (a diverged or damaged
+    model that its checksum still vouches for): nothing is made from them."""
+    bad = [
+        name
+        for name, tensor in state["model"].items()
+        if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        listed = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise CheckpointError(
+            f"{what}: the weights hold NaN or infinity ({listed}): a diverged or damaged model; "
+            "pick another checkpoint (checkpoint=best, a step_<n>.pt before it diverged)"
+        )
+
+
 def average_checkpoints(paths: list[Path]) -> dict:
     """The first checkpoint with its model weights replaced by the mean over all of them.
 
     Refused (CheckpointError) for checkpoints of different runs (other tokenizers or settings),
-    for inputs holding the same weights (best.pt, last.pt, a copy: they would count twice) and
-    for an input that is itself an average (its steps would count unevenly or twice).
+    for weights holding NaN or infinity (the mean would too), for inputs holding the same
+    weights (best.pt, last.pt, a copy: they would count twice) and for an input that is itself
+    an average (its steps would count unevenly or twice).
     averaged_steps records the step of each input (the newest is the average's age),
     averaged_sha256 the weights_sha256 of each (all distinct).
     """
@@ -232,11 +249,13 @@ def average_checkpoints(paths: list[Path]) -> dict:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
     check_not_averaged(first, paths[0])
+    check_finite_weights(first, str(paths[0]))
     total = {k: v.double() for k, v in first["model"].items()}
     steps, digests = [first.get("step")], [weights_sha256(first)]
     for path in paths[1:]:
         state = load_checkpoint(path)
         check_not_averaged(state, path)
+        check_finite_weights(state, str(path))
         check_same_run(first, paths[0], state, path)
         steps.append(state.get("step"))
         digests.append(weights_sha256(state))

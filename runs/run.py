@@ -513,22 +513,6 @@ def rebuild_model(state: dict, device, run_dir=None) -> tuple[torch.nn.Module, T
     return model.to(device).eval(), tokenizer
 
 
-def check_finite_weights(state: dict, what: str) -> None:
-    """CheckpointError where a checkpoint's weights hold NaN or infinity (a diverged or damaged
-    model that its checksum still vouches for): nothing is made from them."""
-    bad = [
-        name
-        for name, tensor in state["model"].items()
-        if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all())
-    ]
-    if bad:
-        listed = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        raise CheckpointError(
-            f"{what}: the weights hold NaN or infinity ({listed}): a diverged or damaged model; "
-            "pick another checkpoint (checkpoint=best, a step_<n>.pt before it diverged)"
-        )
-
-
 def checkpoint_record(state: dict) -> dict:
     """What an evaluation records of the checkpoint it scored: its step, file(s) and origin.
 

@@ -249,15 +249,24 @@ def check_names(path: Path, study: StudySpec) -> None:
                 f"{path}: conditions.{name}.rates_from: {spec.rates_from} reuses rates itself; "
                 "name the tuned condition"
             )
-        for value in [*(spec.variants or ()), *study.final.seeds_by_variant]:
+        for value in spec.variants or ():
             if value not in study.variants:
-                raise StudyConfigError(f"{path}: {name}: variant {value} is not in variants")
+                raise StudyConfigError(
+                    f"{path}: conditions.{name}.variants: {value} is not in variants "
+                    f"({', '.join(study.variants)})"
+                )
         for analysis in spec.analyses:
             if analysis not in ANALYSES:
                 raise StudyConfigError(
                     f"{path}: conditions.{name}.analyses: {analysis}; pass some of "
                     f"{', '.join(ANALYSES)}"
                 )
+    for value in study.final.seeds_by_variant:
+        if value not in study.variants:
+            raise StudyConfigError(
+                f"{path}: final.seeds_by_variant.{value}: not in variants "
+                f"({', '.join(study.variants)})"
+            )
     for baseline in study.statistics.baselines:
         if baseline not in study.variants:
             raise StudyConfigError(
@@ -280,8 +289,10 @@ def check_numbers(path: Path, study: StudySpec) -> None:
         ("grid.rates", grid.rates,
          not grid.rates or not all(0 < rate < math.inf for rate in grid.rates),
          "finite rates above 0"),
+        ("grid.rates", grid.rates, len(set(grid.rates)) < len(grid.rates), "each rate once"),
         ("grid.seeds", grid.seeds, len(set(grid.seeds)) < 2 or min(grid.seeds) < 0,
          "two or more seeds, each 0 or more"),
+        ("grid.seeds", grid.seeds, len(set(grid.seeds)) < len(grid.seeds), "each seed once"),
         ("grid.steps", grid.steps, grid.steps < 1, "a step budget of 1 or more"),
         ("grid.edge_steps", grid.edge_steps, grid.edge_steps < 0, "0 or more"),
         ("check.seeds", check.seeds, len(set(check.seeds)) < 2, "two or more seeds"),
@@ -454,6 +465,18 @@ def check_run_overrides(study: StudySpec, overrides: Sequence[str]) -> None:
     study sets itself or that do not compose with the study (a typo'd key, a missing group)."""
     where = Path("the command line (after --)")
     check_overrides(where, "overrides", list(overrides))
+    declared = [
+        *study.overrides,
+        *(o for spec in study.variants.values() for o in spec.overrides),
+        *(o for spec in study.conditions.values() for o in spec.overrides),
+    ]
+    own = {setting_key(o): o for o in declared}
+    for override in overrides:
+        if setting_key(override) in own:
+            raise StudyConfigError(
+                f"{override}: study {study.name} declares {own[setting_key(override)]} itself; "
+                "take it out (declare another study to change it)"
+            )
     for condition in study.conditions:
         for variant in study.condition_variants(condition):
             try:

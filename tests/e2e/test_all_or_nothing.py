@@ -22,7 +22,13 @@ from common.files import FileWriteError
 from evaluation.evaluate import EvaluationError, evaluate
 from interop.ctranslate2_export import export_ctranslate2
 from interop.export import export_hf
-from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint, weights_sha256
+from runs.checkpoint import (
+    CheckpointError,
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    weights_sha256,
+)
 from runs.run import load_run
 from tests.conftest import ROOT, compose_config, default_sigint
 from tests.e2e import test_reliability as reliability
@@ -97,6 +103,25 @@ def test_weights_holding_nan_are_not_exported(bad, tmp_path, exporter):
     with pytest.raises(CheckpointError, match=r"checkpoint last of .* NaN or infinity \(embed"):
         export(run_dir, out)
     assert not (tmp_path / "exports").exists()
+
+
+def test_weights_holding_nan_are_neither_translated_nor_averaged(bad, tmp_path):
+    """The probe's 13-26 and 13-25: NaN weights (checksum valid) translated stdin to an empty
+    line with exit 0, and averaged with a sound checkpoint they made a NaN average."""
+    run_dir = copy_of_run(bad, "nan_translate")
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    state.pop("file")
+    state["model"]["embedding.weight"][5, 3] = float("nan")
+    save_checkpoint(state, tmp_path / "nan.pt")
+    done = subprocess.run(
+        [sys.executable, "evaluate.py", f"run_dir={run_dir}", "translate=true",
+         f"checkpoint={tmp_path / 'nan.pt'}"],
+        input="a dog runs .\n", cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and done.stdout == ""
+    assert "NaN or infinity (embedding.weight)" in done.stderr.strip().splitlines()[-1]
+    with pytest.raises(CheckpointError, match=r"nan.pt: the weights hold NaN or infinity"):
+        average_checkpoints([run_dir / "checkpoints" / "last.pt", tmp_path / "nan.pt"])
 
 
 INTERRUPTED = """

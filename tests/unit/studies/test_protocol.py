@@ -97,6 +97,8 @@ def write_fr_copy(folder: Path, key: str, value) -> Path:
     [
         ("grid.rates", [1.0, INF]),
         ("grid.rates", [1.0, NAN]),
+        ("grid.rates", [1.0, 1.0]),
+        ("grid.seeds", [1, 1, 2]),
         ("cost.cpu_seconds_per_step", -INF),
         ("grid.seeds", [-1, 2]),
         ("check.within", INF),
@@ -149,6 +151,14 @@ def test_a_bool_or_a_non_finite_whole_number_is_refused_by_its_type(tmp_path, ke
     assert "\n" not in str(info.value)
 
 
+def test_a_final_seed_count_of_an_unknown_variant_names_its_key(tmp_path):
+    """S-f15n: it was refused as "all: variant t5 is not in variants", naming a condition."""
+    path = write_fr_copy(tmp_path, "final.seeds_by_variant", {"t5": 5})
+    with pytest.raises(StudyConfigError) as info:
+        load_study(str(path))
+    assert str(info.value).startswith(f"{path}: final.seeds_by_variant.t5: not in variants (")
+
+
 def test_an_unknown_study_name_lists_the_known_ones():
     with pytest.raises(StudyConfigError, match=r"no file .*; pass one of .*pe_multi30k_fr"):
         load_study("no_such_study")
@@ -163,7 +173,11 @@ def test_the_schema_reference_is_generated_from_the_schema():
 
 @pytest.mark.parametrize(
     "overrides, named",
-    [(["data.pth=x"], "data.pth=x: does not compose"), (["seed=3"], "seed is set by the study")],
+    [
+        (["data.pth=x"], "data.pth=x: does not compose"),
+        (["seed=3"], "seed is set by the study"),
+        (["data.tgt_lang=de"], "study pe_multi30k_fr declares data.tgt_lang=fr itself"),  # g-24
+    ],
 )
 def test_overrides_of_every_run_are_checked_before_anything_trains(overrides, named):
     study = load_study("pe_multi30k_fr")
