@@ -47,6 +47,7 @@ from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
 from interop.marian import marian_generate, to_marian
 from model.search import beam_search
+from runs.checkpoint import check_finite_weights
 from runs.run import load_run, rebuild_model
 
 
@@ -340,6 +341,7 @@ def benchmark_engines(
     if num_threads:
         torch.set_num_threads(num_threads)
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")  # probe 13-27: timed anyway
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
     srcs, refs = list(dataset["src"])[:sentences], list(dataset["tgt"])[:sentences]

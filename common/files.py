@@ -1,6 +1,8 @@
 """Text and JSON files a run writes (metrics, scores, translations), each written atomically,
 and the JSON objects read back."""
 
+import ctypes
+import errno
 import glob
 import hashlib
 import json
@@ -8,7 +10,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -136,47 +138,74 @@ def process_alive(pid: int) -> bool:
 
 
 @contextmanager
-def staged_folder(out: Path) -> Iterator[Path]:
+def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     """A temporary folder beside out to fill, renamed to out once the block completes.
 
-    out must be missing or an empty folder. Whatever fails inside the block (disk full,
-    Ctrl-C) removes the temporary folder and the parents this made: out stays as it was.
+    out must be missing or an empty folder, unless replace: then a full out is exchanged with
+    the filled folder in one step (swap_folders) and the old contents removed. Whatever fails
+    inside the block (disk full, Ctrl-C) removes the temporary folder and the parents this
+    made: out stays as it was.
     """
     made = missing_folders(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in stale_stagings(out):
         shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
+    owner = f"{socket.gethostname()} {os.getpid()}\n"
     try:
         os.chmod(staging, new_folder_mode())
-        (staging / STAGING_OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+        (staging / STAGING_OWNER).write_text(owner)
         yield staging
         (staging / STAGING_OWNER).unlink(missing_ok=True)  # a writer may have cleared it
-        os.replace(staging, out)  # over an empty folder too (rename(2))
+        if replace and out.is_dir() and any(out.iterdir()):
+            swap_folders(staging, out)  # staging now holds the old contents
+            (staging / STAGING_OWNER).write_text(owner)  # removed below; a kill: by the next
+            shutil.rmtree(staging)
+        else:
+            os.replace(staging, out)  # over an empty folder too (rename(2))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         remove_empty_folders(made)
         raise
 
 
+RENAME_EXCHANGE = 2  # renameat2(2)'s flag: swap two paths atomically (Linux 3.15+)
+
+
+def swap_folders(a: Path, b: Path) -> None:
+    """Exchange two folders in one step (renameat2 RENAME_EXCHANGE): never a moment without
+    either. Where the system or file system cannot (not Linux, EINVAL), two renames: a kill
+    between them leaves b missing and its old contents in a (a deviation from all-or-none
+    there, said here)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is not None:
+        at_cwd = -100  # AT_FDCWD
+        if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), RENAME_EXCHANGE) == 0:
+            return
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(code, os.strerror(code), str(b))
+    parked = a.with_name(f"{a.name}.old")
+    os.replace(b, parked)
+    os.replace(a, b)
+    os.replace(parked, a)
+
+
 @contextmanager
-def replaced_folder(out: Path, keep: bool = True) -> Iterator[Path]:
-    """A copy of out (or, keep=False, an empty folder) beside it to rewrite, swapped in for out
-    as a whole once the block completes: a kill or an error inside leaves out as it was, never
-    half old and half new (with keep, what the block does not rewrite, e.g. a note by hand,
-    stays; without, a file the block no longer writes is gone)."""
+def replaced_folder(out: Path, owned: Sequence[str] = ()) -> Iterator[Path]:
+    """A copy of out (or a new folder) beside it to rewrite, swapped in for out as a whole once
+    the block completes: a kill or an error inside leaves out as it was, never half old and
+    half new. What the block does not rewrite stays (a note by hand), except the files matching
+    the owned patterns, which the copy drops first (a figure the block no longer draws)."""
     out = Path(out)
-    new = out.with_name(f".{out.name}.new")  # complete, waiting to be swapped in
-    shutil.rmtree(new, ignore_errors=True)  # a killed call's
-    with staged_folder(new) as staging:
-        if keep and out.is_dir():
+    with staged_folder(out, replace=True) as staging:
+        if out.is_dir():
             shutil.copytree(out, staging, dirs_exist_ok=True)
+            for pattern in owned:
+                for path in staging.glob(pattern):
+                    path.unlink()
         yield staging
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
-    if out.is_dir():
-        os.replace(out, old / out.name)  # out gone for two renames, never mixed
-    os.replace(new, out)
-    shutil.rmtree(old)
 
 
 def file_sha256(path: str | Path) -> str:

@@ -19,6 +19,7 @@ and the tokenizer is the run folder's copy (or the file the checkpoint names), c
 """
 
 import functools
+import glob
 import hashlib
 import json
 import shutil
@@ -264,19 +265,22 @@ class Run:
     def write_evaluation(
         self, name: str, hyps: list[str], scores: dict, nbest: str | None = None
     ) -> None:
-        """eval/<name>.hyp (a line each), eval/<name>.json and, if given, eval/<name>.nbest: all
-        or none (disk full: one line)."""
+        """eval/<name>.hyp (a line each), eval/<name>.nbest if given, and eval/<name>.json: all
+        or none (disk full: one line). The JSON, which holds the .hyp's sha256, is renamed in
+        last: a kill between the renames leaves the JSON before, which the new .hyp no longer
+        matches (hypotheses() refuses the pair), never a new JSON beside an old .hyp."""
         json_path = self.evaluation_file(name)
-        texts = {
-            self.hypotheses_file(name): "".join(f"{h}\n" for h in hyps),
-            json_path: json.dumps(scores, indent=2, ensure_ascii=False) + "\n",
-        }
+        texts = {self.hypotheses_file(name): "".join(f"{h}\n" for h in hyps)}
         if nbest is not None:
             texts[self.nbest_file(name)] = nbest
+        texts[json_path] = json.dumps(scores, indent=2, ensure_ascii=False) + "\n"
         try:
-            write_texts(texts)
+            for path in [*texts, self.nbest_file(name)]:  # a killed write's temporary files
+                for left in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+                    left.unlink()
             if nbest is None:  # an earlier evaluation's n-best is not this one's
                 self.nbest_file(name).unlink(missing_ok=True)
+            write_texts(texts)
         except OSError as e:
             what = f"{json_path} and its .hyp (nothing was written)"
             error = write_failure(

@@ -6,11 +6,13 @@ boundary, rather than a traceback or a silent nonsense result later. LauncherGpu
 SLURM sweep whose jobs get no GPU while trainer.device wants one, before anything is submitted.
 """
 
+import inspect
 import math
 import shutil
 import subprocess
 import sys
 
+import hydra.utils
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -125,9 +127,39 @@ def check_finite(cfg: DictConfig) -> None:
         )
 
 
+TOP_LEVEL = ("seed", "cache_dir", "run_dir", "data", "model", "position", "optim", "trainer")
+
+
+def check_read(cfg: DictConfig) -> None:
+    """SettingError for a setting train.py reads nowhere: a top-level key of no config group
+    (`+foo=1`, probe 16-21) or a position key its class takes no argument for (`position=learned
+    +position.base=500` was Hydra's TypeError, and a run folder left behind: 16-22, 16-25)."""
+    unknown = [key for key in cfg if key not in TOP_LEVEL]
+    if unknown:
+        raise SettingError(
+            f"{unknown[0]}: train.py reads no such setting (it reads {', '.join(TOP_LEVEL)}); "
+            f"remove +{unknown[0]}"
+        )
+    target = cfg.position.get("_target_")
+    if not target:
+        return
+    takes = inspect.signature(hydra.utils.get_class(str(target)).__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values()):
+        return
+    for key in cfg.position:
+        if not (key.startswith("_") and key.endswith("_")) and key not in takes:  # _partial_
+            known = [name for name in takes if name != "self"]
+            raise SettingError(
+                f"position.{key}: {str(target).rsplit('.', 1)[-1]} takes no {key} (it takes "
+                f"{', '.join(known) or 'nothing'}); remove it"
+            )
+
+
 def check_training_settings(cfg: DictConfig) -> None:
-    """Raise SettingError naming the first setting that is inf or nan or out of range (RANGES)."""
+    """Raise SettingError naming the first setting that is inf or nan or out of range (RANGES),
+    or one read nowhere (check_read)."""
     check_finite(cfg)
+    check_read(cfg)
     _check("seed", cfg.seed, 0, False, True, "the run's random seed")
     for key, (minimum, optional, integer, hint) in RANGES.items():
         section, name = key.split(".")

@@ -18,12 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from the che
 
 from common.errors import report_user_errors
 from common.files import replaced_folder, write_json, write_text
+from runs.run import Run
 from studies.across import across, across_markdown
-from studies.answer import answer
+from studies.answer import Final, answer
 from studies.pipeline import Launch, StudyRun
 from studies.plan import StudyError
 from studies.protocol import StudySpec, check_run_overrides, load_study
 from studies.stages import run_stages
+from studies.store import record_dir
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -39,13 +41,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def study_differences(study: StudySpec, data: dict[str, str], results: Path) -> list:
-    """A study's differences (last checkpoint), read from its records."""
+def study_finals(study: StudySpec, data: dict[str, str], results: Path) -> list[Final]:
+    """A study's scored finals, read from its records (nothing trains)."""
     name = study.name
     overrides = (f"data.path={Path(data[name]).resolve()}",) if name in data else ()
     check_run_overrides(study, overrides)
     run = StudyRun(study, Path("outputs/studies"), results, Launch(overrides=overrides), True)
-    return answer(study, run_stages(run)["finals"], ["last"])["differences"]
+    return run_stages(run)["finals"]
+
+
+def check_independent(finals: dict[str, list[Final]], studies: list[StudySpec], results: Path):
+    """StudyError where two studies hold one training (a run id in both stores, probe l-21):
+    pooled, one run would count twice and the interval would be falsely narrow."""
+    owner: dict[str, str] = {}
+    for study in studies:
+        name = study.name
+        for final in finals[name]:
+            run = Run(record_dir(results, study, final.point))
+            other = owner.setdefault(run.identity() or str(run.path), name)
+            if other != name:
+                raise StudyError(
+                    f"{run.path} (run id {run.identity()}) is a training of both {other} and "
+                    f"{name}: studies pooled across must train their own runs"
+                )
 
 
 @report_user_errors
@@ -62,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or len(data) != len(args.data):
         raise StudyError(f"--data {' '.join(args.data)}: pass <study name>=<folder> for these "
                          f"studies ({', '.join(names)})")  # fmt: skip
-    diffs = {study.name: study_differences(study, data, args.results) for study in studies}
-    pooled = across(diffs)
+    finals = {study.name: study_finals(study, data, args.results) for study in studies}
+    check_independent(finals, studies, args.results)
+    pooled = across({study.name: answer(study, finals[study.name], ["last"])["differences"]
+                     for study in studies})  # fmt: skip
     margins = {study.statistics.equivalence_margin for study in studies}
     if len(margins) > 1:
         raise StudyError(f"the studies test equivalence at different margins ({sorted(margins)}): "
@@ -71,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or args.results / "+".join(names)
     title = f"# Across studies: {', '.join(names)}"
     table = across_markdown(pooled, names, margins.pop())
-    with replaced_folder(out, keep=False) as folder:  # swapped in whole: never half a report
+    with replaced_folder(out) as folder:  # swapped in whole: never half a report
         write_text(folder / "README.md", "\n".join([title, "", *table]) + "\n")
         write_json(folder / "across.json", [asdict(p) for p in pooled])
     print(f"written: {out}/README.md, across.json ({len(pooled)} differences in every study)")

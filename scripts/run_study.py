@@ -79,12 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         study, args.work, args.results, launch, dry_run=args.dry_run or args.report,
         until=args.until,
     )  # fmt: skip
+    run.check_data()  # the pair's files and the test splits, before N runs are planned
     decided = run_stages(run)
     if args.dry_run or args.report:
         print("\n".join(planned_estimate(run, decided["grid"], decided["check"])))
     if args.dry_run:
         return 0
-    out = write_study_report(run, decided, committed_in(study_path(args.study)))
+    declared = study_path(args.study).resolve()
+    shown = declared.relative_to(ROOT) if declared.is_relative_to(ROOT) else declared
+    out = write_study_report(run, decided, committed_in(declared), str(shown))
     print(f"study {study.name}: written {out}/ (README.md, runs.json, figures)")
     if run.failed:
         print(f"study {study.name}: {len(run.failed)} runs failed; the same command trains them "

@@ -111,6 +111,21 @@ class StudyRun:
             self._texts[key] = text_fingerprints(OmegaConf.create(wanted["data"]))
         return self._texts[key]
 
+    def check_data(self) -> None:
+        """Load each condition's corpus once and check the study's test splits are in it, before
+        anything is planned (probe g-23, g-25, S-f16c: a folder without the pair's files, or an
+        unknown split, was planned as N runs that would each fail)."""
+        for condition in self.study.conditions:
+            variant = self.study.condition_variants(condition)[0]
+            point = Point("grid", condition, variant, self.study.grid.rates[0], 1, 1)
+            splits = self.texts(self.wanted(point))
+            for split in self.study.test:
+                if split not in splits:
+                    raise StudyError(
+                        f"test: {split} is not a split of {condition}'s corpus "
+                        f"({', '.join(splits)}): declare one of those"
+                    )
+
     def refuse_if_different(self, folder: Path, point: Point) -> None:
         """Refuse a record or run folder trained otherwise than the study trains the point."""
         wanted = self.wanted(point)

@@ -272,7 +272,7 @@ def spent_hours(records: Sequence[Record]) -> float:
     return sum(seen.values()) / 3600
 
 
-def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
+def status_markdown(run: StudyRun, decided: dict, committed: str, declared: str) -> str:
     """results/<study>/summary/README.md: each stage's choices so far, its records and the
     CPU-hours spent, then the answer."""
     study = run.study
@@ -281,8 +281,8 @@ def status_markdown(run: StudyRun, decided: dict, committed: str) -> str:
         "",
         study.description.strip(),
         "",
-        f"Declared in `configs/study/{study.name}.yaml`, committed in {committed}. Written by "
-        f"`python scripts/run_study.py {study.name}`; each stage's records are in "
+        f"Declared in `{declared}`, committed in {committed}. Written by "
+        f"`python scripts/run_study.py {by_name(study, declared)}`; each stage's records are in "
         f"`results/{study.name}/<stage>/runs/`.",
         "",
         f"CPU-hours spent so far: {spent_hours(run.records()):.1f}.",
@@ -359,6 +359,11 @@ def left_out_lines(study: StudySpec, finals: Sequence[Record], decided: dict) ->
     return lines
 
 
+def by_name(study: StudySpec, declared: str) -> str:
+    """How run_study.py names the study: by name where it is configs/study/<name>.yaml."""
+    return study.name if declared == f"configs/study/{study.name}.yaml" else declared
+
+
 def analyses_line(study: StudySpec) -> str | None:
     """What the README says of the analyses the conditions declare: not made by these stages
     (docs/declare-a-study.md, "Not yet"); None where none are declared."""
@@ -391,6 +396,7 @@ def runs_json(run: StudyRun) -> list[dict]:
     return [{k: v for k, v in asdict(r).items() if k != "fingerprints"} for r in run.records()]
 
 
+HEADLINE_PREFIX = "bleu_minus_"  # summary/bleu_minus_<baseline>_<condition>_<steps>.png
 RATE_FIGURE = "dev_ppl_vs_lr.png"  # summary/<stage>_<this>: mean dev PPL by rate
 
 
@@ -403,7 +409,7 @@ def headlines(study: StudySpec, result: dict) -> list[tuple[str, str, list[Diffe
         if (d.baseline, d.checkpoint) == (baseline, last) and d.difference is not None:
             groups.setdefault((d.condition, d.steps), []).append(d)
     return [
-        (f"bleu_minus_{baseline}_{condition}_{steps}.png",
+        (f"{HEADLINE_PREFIX}{baseline}_{condition}_{steps}.png",
          f"{condition}: test BLEU, {steps:,} steps, {last} checkpoint", diffs)
         for (condition, steps), diffs in groups.items()
     ]  # fmt: skip
@@ -445,14 +451,14 @@ def stage_lines(run: StudyRun) -> list[str]:
 SUMMARY = "summary"  # results/<study>/summary/: what write_study_report writes, as one folder
 
 
-def write_study_report(run: StudyRun, decided: dict, committed: str) -> Path:
+def write_study_report(run: StudyRun, decided: dict, committed: str, declared: str) -> Path:
     """results/<study>/summary/: README.md, runs.json and the figures, all derived from the
     records, written to a new folder and swapped in whole (a kill leaves the summary before)."""
     out = Path(run.results) / run.study.name / SUMMARY
     if line := analyses_line(run.study):
         run.say(f"study: {line}")
-    with replaced_folder(out, keep=False) as folder:
-        write_text(folder / "README.md", status_markdown(run, decided, committed))
+    with replaced_folder(out, owned=(f"*_{RATE_FIGURE}", f"{HEADLINE_PREFIX}*.png")) as folder:
+        write_text(folder / "README.md", status_markdown(run, decided, committed, declared))
         write_json(folder / "runs.json", runs_json(run))
         write_figures(run, decided, folder)
     return out

@@ -14,6 +14,7 @@ path or commit (`record_differences`).
 from __future__ import annotations
 
 import copy
+import os
 import shlex
 import shutil
 from dataclasses import asdict, dataclass
@@ -163,11 +164,26 @@ def check_record(folder: Path, record: Record) -> None:
             f"{path} records {place} but lies in {folder}: the record's folder and its "
             f"variant or seed disagree; {fix}"
         )
-    differences = metrics_differences(Run(folder), record)
+    check_plain(folder, len(place.parts), fix)
+    run = Run(folder)
+    differences = metrics_differences(run, record)
+    rate = run.setting("optim.lr_scale")
+    if rate is not None and float(rate) != record.lr_scale:  # probe 17-22
+        differences.append(("lr_scale", record.lr_scale, f".hydra/config.yaml's {rate}"))
     if differences:
         what, kept, own = differences[0]
+        raise StudyError(f"{path}: {what} {kept} differs from the run's own {own}: {fix}")
+
+
+def check_plain(folder: Path, depth: int, fix: str) -> None:
+    """StudyError where a record's folder, a folder above it in the store, or a file in it is a
+    link (probe 4-21, 4-22): a store holds its own files, so it stays whole when committed."""
+    inside = [folder, *list(folder.absolute().parents)[: depth - 1]]
+    link = next((p for p in [*inside, *folder.rglob("*")] if p.is_symlink()), None)
+    if link is not None:
         raise StudyError(
-            f"{path}: {what} {kept} differs from the run's own {METRICS_FILE} ({own}): {fix}"
+            f"{link} is a link (to {os.readlink(link)}): a record store keeps its own files; "
+            f"copy them in ({fix})"
         )
 
 
@@ -185,7 +201,7 @@ def metrics_differences(run: Run, record: Record) -> list[tuple[str, object, obj
         if metrics.get("seed") is not None:
             wanted["seed"] = int(metrics["seed"])
     return [
-        (key, getattr(record, key), own)
+        (key, getattr(record, key), f"{METRICS_FILE}'s {own}")
         for key, own in wanted.items()
         if getattr(record, key) != own
     ]
@@ -311,6 +327,11 @@ def record_differences(folder: Path, wanted: dict, text_fingerprints: dict[str, 
     resolved config) or on other data than `text_fingerprints`: 'key: old -> new' each."""
     stored = blank_paths(Run(folder).resolved_config())
     refused, _ = setting_differences(stored, blank_paths(copy.deepcopy(wanted)))
+    asked = (wanted.get("trainer") or {}).get("precision")
+    if asked not in (None, "auto"):  # resume allows a precision change; a study's record not
+        had = (Run(folder).finished_metrics() or {}).get("precision") or "fp32"  # d-23
+        if had != asked:
+            refused.append(f"precision: {had} -> {asked}")
     kept = recorded_texts(folder)
     for split, now in text_fingerprints.items():
         old = (kept or {}).get(split)

@@ -17,6 +17,7 @@ import pytest
 
 import common.files
 import interop.export
+from benchmarks.decode import benchmark_engines
 from common.errors import UserError
 from common.files import FileWriteError
 from evaluation.evaluate import EvaluationError, evaluate
@@ -29,7 +30,7 @@ from runs.checkpoint import (
     save_checkpoint,
     weights_sha256,
 )
-from runs.run import load_run
+from runs.run import Run, load_run
 from tests.conftest import ROOT, compose_config, default_sigint
 from tests.e2e import test_reliability as reliability
 from tests.e2e.test_reliability import copy_of_run
@@ -122,6 +123,8 @@ def test_weights_holding_nan_are_neither_translated_nor_averaged(bad, tmp_path):
     assert "NaN or infinity (embedding.weight)" in done.stderr.strip().splitlines()[-1]
     with pytest.raises(CheckpointError, match=r"nan.pt: the weights hold NaN or infinity"):
         average_checkpoints([run_dir / "checkpoints" / "last.pt", tmp_path / "nan.pt"])
+    with pytest.raises(CheckpointError, match=r"NaN or infinity \(embedding.weight\)"):
+        benchmark_engines(run_dir, sentences=1, repeats=1, checkpoint=str(tmp_path / "nan.pt"))
 
 
 INTERRUPTED = """
@@ -152,6 +155,43 @@ def test_ctrl_c_during_an_evaluation_is_one_line_status_130_and_writes_nothing(b
     assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert lines[-1] == "interrupted: nothing written (eval/ as it was)", lines
     assert files_under(run_dir) == before
+
+
+KILLED_BETWEEN_RENAMES = """
+import os, runpy, signal, sys
+real, calls = os.replace, []
+def replace(*args):
+    calls.append(args)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 before the last rename of eval/ files
+    return real(*args)
+os.replace = replace
+sys.argv = ["evaluate.py", *sys.argv[1:]]
+runpy.run_path("evaluate.py", run_name="__main__")
+"""
+
+
+def test_a_kill_between_the_renames_leaves_a_refused_pair_and_the_rerun_cleans_up(bad):
+    """The probe's 14-26/14-27: killed between the renames, a new JSON lay beside the .nbest
+    of before, and the temporary files stayed. The JSON (which holds the .hyp's sha256) is
+    now renamed last, so the JSON before stays (and refuses a .hyp that differs); a rerun
+    removes the temporaries."""
+    run_dir = copy_of_run(bad, "killed_renames")
+    evaluate(eval_config(run_dir, *few_lines(bad), "name=k", "nbest=2", "beam=2"))
+    json_file, hyp_file = run_dir / "eval" / "k.json", run_dir / "eval" / "k.hyp"
+    before, hyps_before = json_file.read_bytes(), hyp_file.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_BETWEEN_RENAMES, f"run_dir={run_dir}", *few_lines(bad),
+         "name=k", "nbest=2", "beam=3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == -9, done.stderr[-2000:]
+    assert json_file.read_bytes() == before
+    if hyp_file.read_bytes() != hyps_before:  # beam 3 searched other lines than beam 2
+        with pytest.raises(UserError, match=r"k.hyp is not the file its evaluation wrote"):
+            Run(run_dir).hypotheses(json.loads(before), "evaluate again")
+    evaluate(eval_config(run_dir, *few_lines(bad), "name=k", "nbest=2", "beam=2"))
+    assert sorted(p.name for p in (run_dir / "eval").iterdir()) == ["k.hyp", "k.json", "k.nbest"]
 
 
 def test_a_full_disk_during_export_is_one_line_and_leaves_no_folder(bad, tmp_path, monkeypatch):

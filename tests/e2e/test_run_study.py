@@ -27,7 +27,10 @@ pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 
 
 def tiny_study(
-    folder: Path, name: str = "tiny", variants: tuple[str, ...] = ("sinusoidal",)
+    folder: Path,
+    name: str = "tiny",
+    variants: tuple[str, ...] = ("sinusoidal",),
+    train_size: int = 3000,
 ) -> Path:
     """Each variant at one grid rate x 2 seeds at 40 steps, the check's 2 seeds at 50 (the
     finals, scored at the last checkpoint and the average of the last 2)."""
@@ -35,7 +38,7 @@ def tiny_study(
         "name": name,
         "experiment": "quickstart",
         "overrides": [
-            "data.corpus.train_size=3000",
+            f"data.corpus.train_size={train_size}",
             "+data.corpus.validation_size=61",
             "+data.corpus.test_size=61",
             "data.vocab_size=400",
@@ -117,6 +120,7 @@ def test_one_command_resumes_after_a_kill_and_then_changes_nothing(tmp_path):
     assert last.weights_sha256 != averaged.weights_sha256
     readme = (results / "tiny" / SUMMARY / "README.md").read_text()
     assert "## The answer" in readme and "BLEU avg:2" in readme
+    assert f"Declared in `{path.resolve()}`" in readme  # the file read (probe l-24)
     assert (results / "tiny" / SUMMARY / f"grid_{RATE_FIGURE}").is_file()  # and drawn in the style
 
     before = tree_hash(work, results)
@@ -128,7 +132,7 @@ def test_a_run_that_fails_is_named_and_the_command_exits_1(tmp_path, capsys):
     """A point train.py refuses is not recorded: its log is named and the exit status is 1."""
     path = tiny_study(tmp_path)
     args = [str(path), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "results")]
-    args += ["--", f"cache_dir={tmp_path / 'cache'}", "optim.warmup=-1"]
+    args += ["--", f"cache_dir={tmp_path / 'cache'}", "optim.label_smoothing=1.0"]
     assert script_main("run_study")(args) == 1
     out = capsys.readouterr().out
     assert "2 runs failed" in out and "grid_all_sinusoidal_lr1_steps40_seed-1.log" in out
@@ -174,6 +178,14 @@ def both_bleu(store: Path) -> None:
     edit_json(store / FINAL / "scores.json", lambda d: last_bleu(d, 35.0))
 
 
+def linked_outside(store: Path, inside: Path) -> None:
+    """inside (a file or folder of the store) moved out of it, a link left in its place."""
+    outside = store.parent / "outside" / inside.name
+    outside.parent.mkdir()
+    shutil.move(store / inside, outside)
+    (store / inside).symlink_to(outside, target_is_directory=outside.is_dir())
+
+
 TAMPERED = {  # what is changed in a copy of the store, and the file the error names
     "hyp deleted": (lambda s: (s / f"{LAST}.hyp").unlink(), f"{LAST}.hyp"),
     "hyp truncated": (lambda s: edit_hyp(s / f"{LAST}.hyp", lambda h: h[: len(h) // 2]),
@@ -186,6 +198,11 @@ TAMPERED = {  # what is changed in a copy of the store, and the file the error n
                                            lambda d: d.update(dev_ppl=5.0)),
                        f"{FINAL}/record.json"),
     "eval and scores BLEU": (both_bleu, f"{LAST}.json"),
+    "record rate": (lambda s: edit_json(s / FINAL / "record.json",
+                                        lambda d: d.update(lr_scale=0.5)),
+                    f"{FINAL}/record.json"),
+    "hyp linked": (lambda s: linked_outside(s, LAST.with_suffix(".hyp")), f"{LAST}.hyp"),
+    "folder linked": (lambda s: linked_outside(s, FINAL), str(FINAL)),
     "record variant": (lambda s: edit_json(s / FINAL / "record.json",
                                            lambda d: d.update(variant="rope")),
                        f"{FINAL}/record.json"),
@@ -231,6 +248,18 @@ def test_a_report_killed_mid_write_leaves_the_summary_before(tiny_store, tmp_pat
     )  # no staging folder left beside it
 
 
+def test_a_record_at_another_precision_is_not_this_studys_run(tiny_store, capsys):
+    """The probe's d-23: `-- trainer.precision=bf16` took the fp32 records as its runs."""
+    folder, report = tiny_store
+    args = [*report, "--results", str(folder / "results"), "--", *report_data(folder)]
+    before = tree_hash(folder / "results")
+    with pytest.raises(SystemExit) as exited:
+        script_main("run_study")([*args, "trainer.precision=bf16"])
+    assert exited.value.code == 1
+    assert "precision: fp32 -> bf16" in capsys.readouterr().err
+    assert tree_hash(folder / "results") == before
+
+
 def report_data(folder: Path) -> list[str]:
     """The report's overrides of every run (the tiny study's cache)."""
     return [f"cache_dir={folder / 'cache'}"]
@@ -242,17 +271,35 @@ def final_bleu(results: Path, study, variant: str, seed: int) -> float:
     return read_scores(record_dir(results, study, point)).score("test", "last").bleu
 
 
-def test_across_studies_sets_two_studies_side_by_side(tiny_store, tmp_path, monkeypatch):
-    """A second study recording the first's trainings (copied run folders: recorded, not
-    trained): each study's difference, named by the study, is the mean paired difference of
-    the BLEUs its scores.json hold; the report is swapped in whole. (At 50 steps these tiny
-    models score BLEU 0, so the differences are 0: no sign, no pool; the pool's arithmetic is
-    tests/unit/studies/test_across.py's.)"""
+def test_across_studies_refuses_studies_holding_one_training(tiny_store, tmp_path, capsys):
+    """The probe's l-21: a second study recording the first's trainings (copied run folders)
+    was pooled with it, each run counted twice and the interval falsely narrow."""
     folder, _ = tiny_store
     results, work = tmp_path / "results", tmp_path / "work"
     shutil.copytree(folder / "results", results)
     shutil.copytree(folder / "work" / "tiny", work / "tiny_b")
-    first, second = folder / "tiny.yaml", tiny_study(tmp_path, "tiny_b", ("sinusoidal", "learned"))
+    second = tiny_study(tmp_path, "tiny_b", ("sinusoidal", "learned"))
+    words = ["--work", str(work), "--results", str(results), "--", *report_data(folder)]
+    assert script_main("run_study")([str(second), *words]) == 0  # recorded, not trained
+    with pytest.raises(SystemExit) as exited:
+        script_main("across_studies")([str(folder / "tiny.yaml"), str(second), "--results",
+                                       str(results)])  # fmt: skip
+    assert exited.value.code == 1
+    assert "is a training of both tiny and tiny_b" in capsys.readouterr().err
+    assert not (results / "tiny+tiny_b").exists()
+
+
+@pytest.mark.slow  # trains a second tiny study (8 runs)
+def test_across_studies_sets_two_studies_side_by_side(tiny_store, tmp_path, monkeypatch):
+    """A second study on a smaller corpus: each study's difference, named by the study, is
+    the mean paired difference of the BLEUs its scores.json hold; the report is swapped in
+    whole. (At 50 steps these tiny models score BLEU 0, so the differences are 0: no sign, no
+    pool; the pool's arithmetic is tests/unit/studies/test_across.py's.)"""
+    folder, _ = tiny_store
+    results, work = tmp_path / "results", tmp_path / "work"
+    shutil.copytree(folder / "results", results)
+    first = folder / "tiny.yaml"
+    second = tiny_study(tmp_path, "tiny_b", ("sinusoidal", "learned"), train_size=2900)
     words = ["--work", str(work), "--results", str(results), "--", *report_data(folder)]
     assert script_main("run_study")([str(second), *words]) == 0
     monkeypatch.chdir(tmp_path)
@@ -261,14 +308,14 @@ def test_across_studies_sets_two_studies_side_by_side(tiny_store, tmp_path, monk
     out = results / "tiny+tiny_b"  # named by the studies, not by the paths given
     (row,) = json.loads((out / "across.json").read_text(encoding="utf-8"))
     assert (row["baseline"], row["variant"], row["steps"]) == ("sinusoidal", "learned", 50)
-    study = load_study(str(first))
-    by_hand = statistics.mean(
-        final_bleu(results, study, "learned", s) - final_bleu(results, study, "sinusoidal", s)
-        for s in (1, 2)
-    )
     assert sorted(row["by_study"]) == ["tiny", "tiny_b"]
-    assert [d["difference"] for d in row["by_study"].values()] == pytest.approx([by_hand] * 2)
-    assert row["signs_agree"] is (None if by_hand == 0 else True)
+    for name, path in (("tiny", first), ("tiny_b", second)):
+        study = load_study(str(path))
+        by_hand = statistics.mean(
+            final_bleu(results, study, "learned", s) - final_bleu(results, study, "sinusoidal", s)
+            for s in (1, 2)
+        )
+        assert row["by_study"][name]["difference"] == pytest.approx(by_hand)
     (out / "README.md").write_text("the report before\n", encoding="utf-8")
     before = tree_hash(out)
 

@@ -211,6 +211,16 @@ def test_decode_command_prints_a_table(capsys):
     assert fig["ours"]["tokens_per_s"] > 0
 
 
+@pytest.mark.parametrize("option", [["--model", "big"], ["--vocab-size=100"], ["--profile"]])
+def test_a_synthetic_model_option_beside_run_dir_is_refused(tmp_path, capsys, option):
+    """The probe's i-25: `--run-dir RUN --model big` timed the run's own model without a word."""
+    with pytest.raises(SystemExit) as exited:
+        main(["decode", "--run-dir", str(tmp_path), *option])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{option[0].split('=')[0]}: --run-dir decodes that run's own model" in err
+
+
 def test_decode_vs_hf_decodes_equal_tokens():
     pytest.importorskip("transformers")
     fig = benchmark_decode(

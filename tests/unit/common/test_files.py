@@ -14,6 +14,7 @@ from common.files import (
     STAGING_OWNER,
     replaced_folder,
     staged_folder,
+    swap_folders,
     write_failure,
     write_json,
     write_text,
@@ -135,3 +136,35 @@ def test_a_replaced_folder_is_swapped_in_whole_or_not_at_all(tmp_path):
     with replaced_folder(tmp_path / "fresh") as folder:
         (folder / "a.md").write_text("a\n")
     assert (tmp_path / "fresh" / "a.md").read_text() == "a\n"
+
+
+def test_a_replaced_folder_is_exchanged_in_one_step_and_leaves_nothing_beside_it(tmp_path):
+    """The probe's 14-28..14-31: killed between two renames, --out was gone (its old contents
+    in a hidden .old folder, the new in .new, neither cleaned up), and a user's `.<out>.new`
+    was deleted unasked. Now the folders are exchanged in one step (renameat2 on Linux)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, name in ((a, "x"), (b, "y")):
+        folder.mkdir()
+        (folder / name).write_text(name)
+    swap_folders(a, b)
+    assert [p.name for p in a.iterdir()] == ["y"] and [p.name for p in b.iterdir()] == ["x"]
+    out, mine = tmp_path / "summary", tmp_path / ".summary.new"
+    mine.mkdir()
+    (mine / "mine.txt").write_text("mine")
+    for text in ("old", "new"):
+        with replaced_folder(out) as folder:
+            (folder / "README.md").write_text(text)
+    assert (out / "README.md").read_text() == "new" and (mine / "mine.txt").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".summary.new", "a", "b", "summary"]
+
+
+def test_a_replaced_folder_drops_only_the_figures_it_owns(tmp_path):
+    """The probe's l-22: rewritten from an empty folder, a summary or --out lost a user's file;
+    now only the files matching the owned patterns (a figure no longer drawn) are dropped."""
+    out = tmp_path / "summary"
+    out.mkdir()
+    for name in ("bleu_minus_old.png", "mine.txt", "my_plot.png"):
+        (out / name).write_text(name)
+    with replaced_folder(out, owned=("bleu_minus_*.png",)) as folder:
+        (folder / "README.md").write_text("new\n")
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "mine.txt", "my_plot.png"]

@@ -52,6 +52,23 @@ def test_a_non_finite_setting_is_one_line_naming_the_key(override, key):
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["+foo=1"], "foo: train.py reads no such setting"),  # probe 16-21
+        (["position=learned", "+position.base=500"],
+         "position.base: LearnedPositionEncoding takes no base"),  # 16-22
+        (["+position.scaling=linear"], "position.scaling: SinusoidalPositionEncoding takes no"),
+    ],
+)  # fmt: skip
+def test_a_setting_read_nowhere_is_one_line_naming_it(overrides, expected):
+    with pytest.raises(SettingError) as raised:
+        check_training_settings(compose_config(overrides))
+    assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
+    for name in (p.stem for p in (CONFIG_DIR / "position").glob("*.yaml")):
+        check_training_settings(compose_config([f"position={name}"]))  # each group is read
+
+
 def test_every_experiment_passes_with_a_step_budget_and_no_minute_budget():
     """Experiments compare like with like: load may change a run's wall time, never its steps."""
     experiments = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
