@@ -152,6 +152,9 @@ class StudyRun:
         self.refuse_if_different(run, point)
         words = [*self.words(point), f"run_dir={run}"]
         record = make_record(run, self.study, point, words, metrics)
+        if self.dry_run:  # a dry run (--dry-run, --report) writes nothing: read as if kept
+            self.say(f"study: {point.label} trained in {run}; a run without --dry-run keeps it")
+            return record
         keep(run, folder, record, self.work / self.study.name)
         self.say(f"study: recorded {point.label} in {folder}")
         return record

@@ -260,6 +260,21 @@ def test_a_record_at_another_precision_is_not_this_studys_run(tiny_store, capsys
     assert tree_hash(folder / "results") == before
 
 
+def test_a_dry_run_keeps_no_record_of_a_finished_run(tiny_store, tmp_path, capsys):
+    """A dry run beside a work folder holding a finished run not yet recorded wrote its
+    record into the store (a final made from a check run): a dry run writes nothing."""
+    folder, report = tiny_store
+    results = tmp_path / "results"
+    shutil.copytree(folder / "results", results)
+    shutil.rmtree(results / FINAL)
+    before = tree_hash(results)
+    args = [report[0], "--dry-run", *report[2:], "--results", str(results)]
+    assert script_main("run_study")([*args, "--", *report_data(folder)]) == 0
+    assert tree_hash(results) == before
+    out = capsys.readouterr().out
+    assert "a run without --dry-run keeps it" in out and "to train now: final" not in out
+
+
 def report_data(folder: Path) -> list[str]:
     """The report's overrides of every run (the tiny study's cache)."""
     return [f"cache_dir={folder / 'cache'}"]
