@@ -275,7 +275,7 @@ class Run:
             texts[self.nbest_file(name)] = nbest
         texts[json_path] = json.dumps(scores, indent=2, ensure_ascii=False) + "\n"
         try:
-            for path in [*texts, self.nbest_file(name)]:  # a killed write's temporary files
+            for path in {*texts, self.nbest_file(name)}:  # a killed write's temporary files
                 for left in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
                     left.unlink()
             if nbest is None:  # an earlier evaluation's n-best is not this one's

@@ -6,6 +6,7 @@ boundary, rather than a traceback or a silent nonsense result later. LauncherGpu
 SLURM sweep whose jobs get no GPU while trainer.device wants one, before anything is submitted.
 """
 
+import functools
 import inspect
 import math
 import shutil
@@ -16,6 +17,7 @@ import hydra.utils
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from common.configs import CONFIG_DIR
 from common.errors import UserError
 
 
@@ -127,18 +129,24 @@ def check_finite(cfg: DictConfig) -> None:
         )
 
 
-TOP_LEVEL = ("seed", "cache_dir", "run_dir", "data", "model", "position", "optim", "trainer")
+@functools.cache
+def top_level_keys() -> tuple[str, ...]:
+    """The top-level settings train.py reads: configs/train.yaml's own keys and config groups."""
+    declared = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "train.yaml"))
+    groups = [k for item in declared.pop("defaults") if isinstance(item, dict)
+              for k, choice in item.items() if choice is not None]  # fmt: skip
+    return tuple(dict.fromkeys(k for k in (*declared, *groups) if k != "hydra"))  # Hydra's own
 
 
 def check_read(cfg: DictConfig) -> None:
     """SettingError for a setting train.py reads nowhere: a top-level key of no config group
     (`+foo=1`, probe 16-21) or a position key its class takes no argument for (`position=learned
     +position.base=500` was Hydra's TypeError, and a run folder left behind: 16-22, 16-25)."""
-    unknown = [key for key in cfg if key not in TOP_LEVEL]
+    unknown = [key for key in cfg if key not in top_level_keys()]
     if unknown:
         raise SettingError(
-            f"{unknown[0]}: train.py reads no such setting (it reads {', '.join(TOP_LEVEL)}); "
-            f"remove +{unknown[0]}"
+            f"{unknown[0]}: train.py reads no such setting (it reads "
+            f"{', '.join(top_level_keys())}); remove +{unknown[0]}"
         )
     target = cfg.position.get("_target_")
     if not target:

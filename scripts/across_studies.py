@@ -58,10 +58,11 @@ def check_independent(finals: dict[str, list[Final]], studies: list[StudySpec], 
         name = study.name
         for final in finals[name]:
             run = Run(record_dir(results, study, final.point))
-            other = owner.setdefault(run.identity() or str(run.path), name)
+            identity = run.identity()
+            other = owner.setdefault(identity or str(run.path), name)
             if other != name:
                 raise StudyError(
-                    f"{run.path} (run id {run.identity()}) is a training of both {other} and "
+                    f"{run.path} (run id {identity}) is a training of both {other} and "
                     f"{name}: studies pooled across must train their own runs"
                 )
 

@@ -441,7 +441,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if getattr(args, "command", None) == "train":
         check_train_args(parser, args)
     if getattr(args, "command", None) == "decode" and args.run_dir is not None:
-        given = [o for o in SYNTHETIC_DECODE for w in argv or sys.argv[1:] if w.split("=")[0] == o]
+        decode = commands.choices["decode"]
+        given = [f"--{dest.replace('_', '-')}" for dest in SYNTHETIC_DECODE
+                 if getattr(args, dest) != decode.get_default(dest)]  # fmt: skip
         if given:  # probe i-25: --model big timed the run's own model without a word
             parser.error(f"{', '.join(given)}: --run-dir decodes that run's own model, which "
                          "these options do not change: drop them (or --run-dir)")  # fmt: skip
@@ -449,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 # decode's options for a random model of configs/model dims: read by nothing with --run-dir
-SYNTHETIC_DECODE = ("--model", "--vocab-size", "--length", "--batch-size", "--vs", "--profile")
+SYNTHETIC_DECODE = ("model", "vocab_size", "length", "batch_size", "vs", "profile")
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class StudyRun:
     planned: list[Point] = field(default_factory=list)  # what the dry run would train
     failed: list[str] = field(default_factory=list)  # the logs of trainings that failed
     _texts: dict = field(default_factory=dict)
+    _records: list[Record] | None = None  # read once, read again after a record is kept
     _saying: threading.Lock = field(default_factory=threading.Lock)
 
     def say(self, line: str) -> None:
@@ -79,9 +80,12 @@ class StudyRun:
             self.echo(line)
 
     def records(self) -> list[Record]:
-        """Every record the study's store keeps, of every stage."""
-        folder = Path(self.results) / self.study.name
-        return [read_record(p.parent) for p in sorted(folder.glob("*/runs/**/record.json"))]
+        """Every record the study's store keeps, of every stage (each read and checked once)."""
+        if self._records is None:
+            folder = Path(self.results) / self.study.name
+            found = sorted(folder.glob("*/runs/**/record.json"))
+            self._records = [read_record(p.parent) for p in found]
+        return list(self._records)
 
     @property
     def cost(self) -> float:
@@ -156,6 +160,7 @@ class StudyRun:
             self.say(f"study: {point.label} trained in {run}; a run without --dry-run keeps it")
             return record
         keep(run, folder, record, self.work / self.study.name)
+        self._records = None  # the store changed
         self.say(f"study: recorded {point.label} in {folder}")
         return record
 
