@@ -110,7 +110,7 @@ def find_run_dirs(paths: list[Path]) -> list[Path]:
         raise CompareError(
             f"no run directories (folders with metrics.json) under {', '.join(map(str, paths))}"
         )
-    return sorted(found)  # a folder found twice stays twice: check_distinct refuses it
+    return sorted(found)  # a folder found twice stays twice: check_distinct_trainings refuses it
 
 
 def variant_names() -> dict[str, str]:
@@ -126,7 +126,15 @@ def variant_names() -> dict[str, str]:
 def eval_path(run_dir: Path, eval_name: str | None) -> Path:
     """The eval JSON named eval_name, or the newest eval/validation*.json."""
     if eval_name:
-        path = Run(run_dir).evaluation_file(eval_name)
+        run = Run(run_dir)
+        path = run.evaluation_file(eval_name)
+        if not path.is_file() and not run.has_checkpoints():  # a record: nothing to score
+            kept = ", ".join(run.evaluation_names(".json")) or "none"
+            raise CompareError(
+                f"{path} is missing, and {run_dir} keeps no checkpoints to score (a study's "
+                f"record keeps its evaluations only: {kept}): name one of those with --eval, "
+                "or leave that folder out"
+            )
         if not path.is_file():
             raise CompareError(
                 f"{path} is missing: create it with `python evaluate.py run_dir={run_dir} "
@@ -632,7 +640,9 @@ def read_runs(
 ) -> tuple[list[ScoredRun], str]:
     """The runs under paths and the one evaluation that scored them all; stale ones warned of."""
     names = variant_names()
-    runs = [read_run(d, eval_name, names, allow_stale, score) for d in find_run_dirs(paths)]
+    run_dirs = find_run_dirs(paths)
+    check_distinct_trainings([Run(d) for d in run_dirs])  # before any is read or scored
+    runs = [read_run(d, eval_name, names, allow_stale, score) for d in run_dirs]
     used = sorted({str(r.scores["name"]) for r in runs})
     if len(used) > 1:
         raise CompareError(
@@ -664,20 +674,27 @@ def check_named_search(run: ScoredRun, name: str) -> None:
         )
 
 
-def check_distinct(runs: list[ScoredRun]) -> None:
-    """CompareError where one run is given twice (by a path and a link, or a copied folder: one
-    run id, runs.Run.identity) or a variant holds a seed twice: pooled, they would count as two
-    seeds."""
-    by_id: dict[str, ScoredRun] = {}
+def check_distinct_trainings(runs: list[Run]) -> None:
+    """CompareError where one training is given twice: by a path and a link, a copied folder,
+    or the same settings, data and seed trained to two budgets (one run id, runs.Run.identity:
+    a study's grid record and the final trained from it). Pooled, they would count as two seeds."""
+    by_id: dict[str, Run] = {}
     for run in runs:
-        other = by_id.setdefault(run.run.identity() or str(run.path.resolve()), run)
+        other = by_id.setdefault(run.identity() or str(run.path.resolve()), run)
         if other is not run and other.path == run.path:
             raise CompareError(f"{run.path} is given twice: a run counts once; pass it once")
         if other is not run:
+            steps = sorted({r.metrics().get("steps") for r in (other, run)}, key=str)
             raise CompareError(
-                f"{other.path} and {run.path} are one run (run id {run.run.identity()}, "
-                f"{run.variant} seed {run.seed}): a run counts once; pass one of them"
+                f"{other.path} and {run.path} are one training (run id {run.identity()}: the "
+                f"same settings, data and seed, trained to {' and '.join(map(str, steps))} "
+                "steps): a run counts once; pass one of them"
             )
+
+
+def check_distinct(runs: list[ScoredRun]) -> None:
+    """CompareError where a variant holds a seed twice: pooled, they would count as two seeds
+    (one training given twice: check_distinct_trainings)."""
     seen: dict[tuple[str, int], ScoredRun] = {}
     for run in runs:
         other = seen.setdefault((run.variant, run.seed), run)

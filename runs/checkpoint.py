@@ -70,8 +70,10 @@ def content_sha256(state: dict) -> str:
     return digest.hexdigest()
 
 
-def save_checkpoint(state: dict, path: str | Path) -> None:
+def save_checkpoint(state: dict, path: str | Path, checksum: str | None = None) -> None:
     """Write state and its content_sha256 to path atomically: a temporary file, fsync, rename.
+
+    checksum: content_sha256(state), where the caller computed it already (to record it).
 
     A failed write (disk full, ...) removes the temporary file, leaves any previous file at path
     untouched and raises one CheckpointWriteError (an OSError) saying what to do.
@@ -84,7 +86,7 @@ def save_checkpoint(state: dict, path: str | Path) -> None:
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # as open() would make it (mkstemp's is 0600)
         with os.fdopen(fd, "wb") as f:
-            torch.save(state | {CHECKSUM: content_sha256(state)}, f)
+            torch.save(state | {CHECKSUM: checksum or content_sha256(state)}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -235,7 +237,7 @@ def check_finite_weights(state: dict, what: str) -> None:
         )
 
 
-def average_checkpoints(paths: list[Path]) -> dict:
+def average_checkpoints(paths: list[Path], check=None) -> dict:
     """The first checkpoint with its model weights replaced by the mean over all of them.
 
     Refused (CheckpointError) for checkpoints of different runs (other tokenizers or settings),
@@ -243,17 +245,22 @@ def average_checkpoints(paths: list[Path]) -> dict:
     weights (best.pt, last.pt, a copy: they would count twice) and for an input that is itself
     an average (its steps would count unevenly or twice).
     averaged_steps records the step of each input (the newest is the average's age),
-    averaged_sha256 the weights_sha256 of each (all distinct).
+    averaged_sha256 the weights_sha256 of each (all distinct). check(state, path): called with
+    each input as loaded (runs.Run.check_written: a run averages the files it wrote).
     """
     if not paths:
         raise CheckpointError("no checkpoints to average")
     first = load_checkpoint(paths[0])
+    if check:
+        check(first, paths[0])
     check_not_averaged(first, paths[0])
     check_finite_weights(first, str(paths[0]))
     total = {k: v.double() for k, v in first["model"].items()}
     steps, digests = [first.get("step")], [weights_sha256(first)]
     for path in paths[1:]:
         state = load_checkpoint(path)
+        if check:
+            check(state, path)
         check_not_averaged(state, path)
         check_finite_weights(state, str(path))
         check_same_run(first, paths[0], state, path)

@@ -8,7 +8,8 @@
 - folder_name: a sweep job's folder name (Hydra's override_dirname) kept under the file
   system's 255-byte limit.
 - RunDirectoryCheck: a Hydra callback that reports a run or sweep directory that cannot be
-  created as one `error:` line before Hydra tries (Hydra's own failure is a traceback).
+  created, or a sweep that names one value twice (two jobs, one folder), as one `error:` line
+  before Hydra tries (Hydra's own failure is a traceback).
 - DeferredFileHandler: the run's log file (train.log), held in memory until the launch passes
   its checks (start_log_files), so a refused launch leaves the file as it was.
 - earlier_records / discard_records: a run directory's records of an earlier run that has no
@@ -25,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 from filelock import FileLock, Timeout
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Glob
 from omegaconf import DictConfig
 
 from common.errors import UserError
@@ -178,8 +181,9 @@ class RunDirectoryCheck:
     configs/train.yaml installs it.
     """
 
-    def _check(self, directory: str, key: str, free: bool = False) -> None:
+    def _check(self, directory: str, key: str, free: bool = False, overrides=()) -> None:
         try:
+            check_sweep_values(list(overrides))  # first: a refused sweep makes no folder
             check_writable(directory, key)
             main_process = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0"
             if free and main_process:
@@ -192,7 +196,8 @@ class RunDirectoryCheck:
         self._check(config.hydra.run.dir, "hydra.run.dir", free=True)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        self._check(config.hydra.sweep.dir, "hydra.sweep.dir")
+        sweep = config.hydra.sweep.dir
+        self._check(sweep, "hydra.sweep.dir", overrides=config.hydra.overrides.task)
 
     def on_run_end(self, config: DictConfig, **kwargs) -> None:
         pass
@@ -205,6 +210,21 @@ class RunDirectoryCheck:
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
         pass
+
+
+def check_sweep_values(overrides: list[str]) -> None:
+    """UserError for a sweep override that names one value twice (`seed=1,1`, `seed=1,01`): its
+    two jobs would share one folder, and the second die on the first's lock (probe j-26)."""
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if not override.is_sweep_override() or isinstance(override.value(), Glob):
+            continue
+        values = [str(value) for value in override.sweep_iterator()]
+        twice = sorted({value for value in values if values.count(value) > 1})
+        if twice:
+            raise UserError(
+                f"{override.input_line}: names {', '.join(twice)} more than once, and each value "
+                "is a run of its own (one folder): pass each value once"
+            )
 
 
 class DeferredFileHandler(logging.FileHandler):

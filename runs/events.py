@@ -4,15 +4,16 @@ training/launch.py writes them (train/* every log_every steps, dev/* at each dev
 each launch (segment) to an events file of its own named ``...segment-<n>-<launch id>``; a
 resumed run appends another such file to the same folder, and a step logged twice (before a
 kill and again after the resume) keeps its last-written value. Only the launches that make
-the run are read: from its last fresh start (a segment starting at step 0) on. Events of a
-launch discarded by a fresh start, or left in the folder by another run, are not its curve.
+the run are read: from its last fresh start (a segment starting at step 0) on, each by the file
+name segments.json records for it. Events of a launch discarded by a fresh start, or left in the
+folder by another run (under its own name or renamed like one of this run's), are not its curve.
 """
 
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-from runs.record import read_segments
+from runs.record import current_launches, read_segments, record_events_file
 
 SEGMENT_SUFFIX = ".segment-"  # a launch's events file ends .segment-<n>-<its launch id>
 
@@ -22,22 +23,31 @@ def launch_suffix(segment: dict) -> str:
     return f"{SEGMENT_SUFFIX}{segment['segment']}-{segment['launch']}"
 
 
+def record_launch_file(run_dir: Path, index: int, suffix: str) -> None:
+    """Name in segments.json the events file the launch's writer has just made: a file made
+    later with the same suffix (another run's, renamed: probe 8-22) is not the launch's."""
+    made = sorted(Path(run_dir, "tensorboard").glob(f"events.out.tfevents.*{suffix}"))
+    if len(made) == 1:  # the launch id is new: no other file can bear it yet
+        record_events_file(run_dir, index, made[0].name)
+
+
 def launch_files(run_dir: Path) -> list[Path]:
-    """The events files of the launches that make the run: those segments.json names, from its
-    last fresh start on, and the unnamed files of launches written before files were named
-    (every file of a run whose launches named none)."""
+    """The events files of the launches that make the run (from its last fresh start on): the
+    file each segment names in segments.json, else the one named with its launch id, and the
+    unnamed files of launches written before files were named (every file of a run whose
+    launches named none)."""
     files = sorted((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     if not any(SEGMENT_SUFFIX in path.name for path in files):
         return files
-    segments = read_segments(run_dir)
-    fresh = [s["segment"] for s in segments if s.get("start_step") == 0]
-    kept = [s for s in segments if s["segment"] >= max(fresh, default=1)]
-    ours = {launch_suffix(s) for s in kept if "launch" in s}
+    kept = current_launches(read_segments(run_dir))
+    named = {s["events_file"] for s in kept if s.get("events_file")}
+    ours = {launch_suffix(s) for s in kept if "launch" in s and not s.get("events_file")}
     older = any("launch" not in s for s in kept)  # a run resumed across the change
     return [
         path
         for path in files
-        if any(path.name.endswith(suffix) for suffix in ours)
+        if path.name in named
+        or any(path.name.endswith(suffix) for suffix in ours)
         or (older and SEGMENT_SUFFIX not in path.name)
     ]
 

@@ -3,8 +3,12 @@
 Hydra's `.hydra/overrides.yaml` holds the latest launch only; `<run_dir>/segments.json` keeps
 every segment: when and where it ran (host and hardware), which code (its git commit), its
 command-line overrides, the settings it changed from the checkpoint it resumed (only those that
-leave the training as it was), the steps it covered and how it ended. Written atomically by the
-process holding the run's lock.
+leave the training as it was), the steps it covered and how it ended, the name of its
+TensorBoard events file and the step, content sha256 and weights sha256 of every checkpoint it
+saved (recorded before the file is written). A file in checkpoints/ rewritten with other weights
+or another step and a fresh checksum matches no such entry, nor does a second events file named
+like the launch's (probe 9-21, 13-28, 8-22): the run's own files are those its record names.
+Written atomically by the process holding the run's lock.
 """
 
 import json
@@ -58,7 +62,31 @@ def read_record(run_dir: str | Path) -> dict:
         raise UserError(f"{path} is not valid JSON ({e.msg}): restore it or move it away") from e
     if not isinstance(record, dict) or not isinstance(record.get("segments"), list):
         raise UserError(f"{path} holds no list of segments: restore it or move it away")
+    for number, segment in enumerate(record["segments"], 1):
+        if not well_formed(segment):
+            raise UserError(
+                f"{path}: segment {number} is not as a launch writes it (steps, checkpoints, "
+                "events file): restore the file or move the run away"
+            )
     return record
+
+
+def well_formed(segment) -> bool:
+    """Whether a segments.json entry has the types the readers rely on."""
+    if not isinstance(segment, dict):
+        return False
+    steps = [segment.get("start_step", 0), segment.get("end_step")]
+    entries = segment.get("checkpoints", [])
+    return (
+        all(step is None or type(step) is int for step in steps)
+        and isinstance(segment.get("events_file") or "", str)
+        and isinstance(entries, list)
+        and all(
+            isinstance(e, dict) and type(e.get("step")) is int
+            and isinstance(e.get("sha256"), str) and isinstance(e.get("weights"), str)
+            for e in entries
+        )
+    )  # fmt: skip
 
 
 def read_segments(run_dir: str | Path) -> list[dict]:
@@ -105,6 +133,8 @@ def start_segment(
             "end_step": None,
             "wall_seconds": None,
             "outcome": "running (or killed)",
+            "events_file": None,  # record_events_file
+            "checkpoints": [],  # record_checkpoint: {step, sha256, weights}
         }
     )
     run_id = run_id or record.get("run_id")
@@ -121,3 +151,29 @@ def end_segment(
         ended=_now(), end_step=end_step, wall_seconds=round(wall_seconds, 1), outcome=outcome
     )
     write_json(Path(run_dir) / SEGMENTS_FILE, record)
+
+
+def record_events_file(run_dir: str | Path, index: int, name: str) -> None:
+    """Name segment index's TensorBoard events file (tensorboard/<name>), once it exists."""
+    record = read_record(run_dir)
+    record["segments"][index]["events_file"] = name
+    write_json(Path(run_dir) / SEGMENTS_FILE, record)
+
+
+def record_checkpoint(run_dir: str | Path, step: int, sha256: str, weights: str) -> None:
+    """Add a checkpoint the running (last) segment is about to save: its step, its content's
+    sha256 (runs.checkpoint.content_sha256) and its weights' (weights_sha256); once each."""
+    record = read_record(run_dir)
+    if not record["segments"]:  # a checkpoint written outside a launch (tests, tools)
+        return
+    entry = {"step": step, "sha256": sha256, "weights": weights}
+    written = record["segments"][-1].setdefault("checkpoints", [])
+    if entry not in written:
+        written.append(entry)
+        write_json(Path(run_dir) / SEGMENTS_FILE, record)
+
+
+def current_launches(segments: list[dict]) -> list[dict]:
+    """The launches that make the run: from its last fresh start (a segment at step 0) on."""
+    fresh = [i for i, s in enumerate(segments) if s.get("start_step") == 0]
+    return segments[max(fresh, default=0) :]

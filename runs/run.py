@@ -46,10 +46,19 @@ from runs.checkpoint import (
     CheckpointError,
     average_checkpoints,
     check_same_run,
+    content_sha256,
     load_checkpoint,
+    save_checkpoint,
     step_checkpoints,
+    weights_sha256,
 )
-from runs.record import SEGMENTS_FILE, read_run_id, read_segments
+from runs.record import (
+    SEGMENTS_FILE,
+    current_launches,
+    read_run_id,
+    read_segments,
+    record_checkpoint,
+)
 from runs.resume import KEEP_THE_MATH, flatten
 
 CONFIG_FILE = ".hydra/config.yaml"
@@ -304,7 +313,48 @@ class Run:
         step = scores.get("step")
         return step is not None and last_step is not None and int(step) >= int(last_step)
 
-    # -- checkpoints read back
+    # -- checkpoints written and read back
+    def save_checkpoint(self, state: dict, name: str) -> None:
+        """checkpoints/<name>.pt, its step and sha256 recorded in segments.json before the file is
+        written (a kill between the two leaves a record of a file never made, which is harmless;
+        the reverse would leave a file its run does not know)."""
+        checksum = content_sha256(state)
+        record_checkpoint(self.path, int(state["step"]), checksum, weights_sha256(state))
+        save_checkpoint(state, self.checkpoint_file(name), checksum)
+
+    def written(self, state: dict) -> bool | None:
+        """Whether this run's launches recorded writing state (its step and content sha256, or for
+        an average, the weights of each input: runs/record.py); None where the launches that
+        trained its step recorded none (code before that record: not known)."""
+        launches = current_launches(self.segments())
+        step = state.get("step")
+        trained = [
+            s for s in launches
+            if step is not None and s.get("start_step", 0) <= step
+            and (s.get("end_step") is None or step <= s["end_step"])
+        ]  # fmt: skip
+        if not launches or any("checkpoints" not in s for s in trained):
+            return None
+        written = [entry for s in launches for entry in s["checkpoints"]]
+        if state.get("averaged_sha256"):
+            return set(state["averaged_sha256"]) <= {entry["weights"] for entry in written}
+        content = content_sha256({key: value for key, value in state.items() if key != "file"})
+        return bool(trained) and any(entry["sha256"] == content for entry in written)
+
+    def check_written(self, state: dict, path: Path) -> None:
+        """CheckpointError where path, a checkpoint of this run's checkpoints/ or one it resumes,
+        holds content its launches did not record writing: another run's weights or a step
+        rewritten under a fresh checksum (probe 9-21, 13-28), or another run's file copied in."""
+        if self.written(state) is False:
+            raise self._not_written(state, path)
+
+    def _not_written(self, state: dict, path: Path) -> CheckpointError:
+        return CheckpointError(
+            f"{path} is not a checkpoint this run wrote: {self.segments_file} records no step "
+            f"{state.get('step')} checkpoint with its content: restore the run's own file, or "
+            "move this one out of checkpoints/ and pass its path (scored as another run's)"
+        )
+
     def load(self, checkpoint: str) -> tuple[dict, str]:
         """The checkpoint named by last | best | avg:N | <file>, and a short tag for file names.
 
@@ -353,18 +403,26 @@ class Run:
                 f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in "
                 f"{self.checkpoints}; pass a smaller N"
             )
-        state = _checked(average_checkpoints(paths), f"{checkpoint} in {self.checkpoints}")
+        state = average_checkpoints(paths, check=self.check_written)
+        state = _checked(state, f"{checkpoint} in {self.checkpoints}")
         return {**state, "own_checkpoint": True, "file_sha256": None}
 
     def _identified(self, state: dict, path: Path) -> dict:
         """state with its file's sha256 and whether it holds the run's own weights.
 
-        Own: trained with the tokenizer and every trajectory setting (seed, rate, ...) of the
-        run's last.pt, wherever the file lies (an average written out, or another run's file
-        copied into checkpoints/, which is not own); last.pt itself, or any file of a run
-        without one, by its place in checkpoints/.
+        Own: written by the run, as its segments.json records (written); a file of its
+        checkpoints/ named as training names them that it did not write is refused. For runs
+        trained before that record: trained with the tokenizer and every trajectory setting
+        (seed, rate, ...) of the run's last.pt, wherever the file lies (an average written out,
+        or another run's file copied into checkpoints/, which is not own); last.pt itself, or
+        any file of a run without one, by its place in checkpoints/.
         """
         own = path.resolve().parent == self.checkpoints.resolve()
+        written = self.written(state)
+        if written is False and own and training_file_name(path.name):
+            raise self._not_written(state, path)
+        if written is not None:
+            return {**state, "own_checkpoint": written, "file_sha256": file_sha256(path)}
         last = self.checkpoint_file("last")
         if last.is_file() and path.resolve() != last.resolve():
             try:

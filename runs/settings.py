@@ -130,35 +130,70 @@ def check_finite(cfg: DictConfig) -> None:
 
 
 @functools.cache
+def declared_settings() -> dict:
+    """configs/train.yaml as written (its defaults list and Hydra's section included)."""
+    return OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "train.yaml"))
+
+
+@functools.cache
 def top_level_keys() -> tuple[str, ...]:
     """The top-level settings train.py reads: configs/train.yaml's own keys and config groups."""
-    declared = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "train.yaml"))
+    declared = dict(declared_settings())
     groups = [k for item in declared.pop("defaults") if isinstance(item, dict)
               for k, choice in item.items() if choice is not None]  # fmt: skip
     return tuple(dict.fromkeys(k for k in (*declared, *groups) if k != "hydra"))  # Hydra's own
 
 
+def data_readers(key: str) -> list[str]:
+    """The configs/data/*.yaml whose corpus reads data.<key> (an interpolation ${data.<key>})."""
+    return [
+        path.stem
+        for path in sorted((CONFIG_DIR / "data").glob("*.yaml"))
+        if f"${{data.{key}}}" in str(OmegaConf.to_container(OmegaConf.load(path)).get("corpus"))
+    ]
+
+
 def check_read(cfg: DictConfig) -> None:
     """SettingError for a setting train.py reads nowhere: a top-level key of no config group
-    (`+foo=1`, probe 16-21) or a position key its class takes no argument for (`position=learned
-    +position.base=500` was Hydra's TypeError, and a run folder left behind: 16-22, 16-25)."""
+    (`+foo=1`, probe 16-21), a data key neither configs/train.yaml declares nor the corpus
+    reads (`+data.files.train.en=...` with the toy corpus, 16-23), or an argument the position
+    class or the corpus function does not take (`position=learned +position.base=500` was
+    Hydra's TypeError, and a run folder left behind: 16-22, 16-25)."""
     unknown = [key for key in cfg if key not in top_level_keys()]
     if unknown:
         raise SettingError(
             f"{unknown[0]}: train.py reads no such setting (it reads "
             f"{', '.join(top_level_keys())}); remove +{unknown[0]}"
         )
-    target = cfg.position.get("_target_")
+    corpus = cfg.data.get("corpus")
+    reads = str(OmegaConf.to_container(corpus, resolve=False) if corpus is not None else None)
+    for key in cfg.data:
+        if key not in {*declared_settings()["data"], "corpus"} and f"${{data.{key}}}" not in reads:
+            readers = " or ".join(f"data={name}" for name in data_readers(key)) or "none"
+            raise SettingError(
+                f"data.{key}: this corpus ({(corpus or {}).get('_target_')}) reads no data.{key} "
+                f"(the data configs that do: {readers}); remove it or pick one of those"
+            )
+    check_arguments("position", cfg.position)
+    if corpus is not None:
+        check_arguments("data.corpus", corpus)
+
+
+def check_arguments(section: str, settings: DictConfig) -> None:
+    """SettingError for a key of a `_target_` section its class or function takes no argument
+    for (one that takes **kwargs takes any)."""
+    target = settings.get("_target_")
     if not target:
         return
-    takes = inspect.signature(hydra.utils.get_class(str(target)).__init__).parameters
+    called = hydra.utils.get_object(str(target))
+    takes = inspect.signature(called.__init__ if inspect.isclass(called) else called).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values()):
         return
-    for key in cfg.position:
+    for key in settings:
         if not (key.startswith("_") and key.endswith("_")) and key not in takes:  # _partial_
             known = [name for name in takes if name != "self"]
             raise SettingError(
-                f"position.{key}: {str(target).rsplit('.', 1)[-1]} takes no {key} (it takes "
+                f"{section}.{key}: {str(target).rsplit('.', 1)[-1]} takes no {key} (it takes "
                 f"{', '.join(known) or 'nothing'}); remove it"
             )
 

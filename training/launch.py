@@ -44,7 +44,6 @@ from runs.checkpoint import (
     load_latest_checkpoint,
     prune_checkpoints,
     remove_temporary_files,
-    save_checkpoint,
 )
 from runs.device import machine_description, resolve_device, resolve_precision, use_cuda_device
 from runs.directory import (
@@ -57,7 +56,7 @@ from runs.directory import (
     log_file_paths,
     start_log_files,
 )
-from runs.events import launch_suffix
+from runs.events import launch_suffix, record_launch_file
 from runs.preemption import StopSignals, TrainingInterrupted
 from runs.record import code_version, end_segment, read_segments, start_segment
 from runs.resume import ResumeError, changes_the_rounding, check_resume, stop_reason
@@ -419,20 +418,21 @@ def skipped_update(bad_steps: int, step: int, ckpt_dir: Path, scaler=None) -> No
         )
 
 
-def save(state: TrainingState, run_info: dict, path: Path) -> None:
-    """Rank 0 writes the training state and what evaluation needs (config, tokenizer) to path.
+def save(state: TrainingState, run_info: dict, run: Run, name: str) -> None:
+    """Rank 0 writes the training state and what evaluation needs (config, tokenizer) to
+    checkpoints/<name>.pt, recorded in segments.json (runs.Run.save_checkpoint).
 
     Every rank calls it: the state holds every rank's RNG (runs/state.py gathers them).
     """
     snapshot = state.state_dict()
     if state.rank == 0:
-        save_checkpoint(snapshot | run_info, path)
+        run.save_checkpoint(snapshot | run_info, name)
 
 
 def save_step(state: TrainingState, run_info: dict, run: Run, keep_last: int) -> None:
     """step_<step>.pt (the files averaging reads) and last.pt; the oldest step files pruned."""
-    save(state, run_info, run.checkpoint_file(f"step_{state.step}"))
-    save(state, run_info, run.checkpoint_file("last"))
+    save(state, run_info, run, f"step_{state.step}")
+    save(state, run_info, run, "last")
     if state.rank == 0:
         prune_checkpoints(run.checkpoints, keep_last)
 
@@ -473,7 +473,7 @@ def stop_on_signal(
     """After a stop signal (any rank): last.pt, end_record (rank 0), the resume line, the raise."""
     if not (signum := stop.stop_signal(state.world, state.device)):
         return
-    save(state, run_info, run.checkpoint_file("last"))
+    save(state, run_info, run, "last")
     if state.world > 1:
         dist.barrier()  # rank 0's checkpoint is on disk before any rank leaves
     resume = resume_command(run.path)
@@ -494,8 +494,7 @@ def check_dev(
     )
     if ppl < state.best_ppl:
         state.best_ppl = ppl  # rank 0 alone: best.pt keeps its RNG only (never resumed from)
-        path = Run(cfg.run_dir).checkpoint_file("best")
-        save_checkpoint(state.state_dict(all_ranks=False) | run_info, path)
+        Run(cfg.run_dir).save_checkpoint(state.state_dict(all_ranks=False) | run_info, "best")
     return ppl, bleu
 
 
@@ -527,6 +526,7 @@ def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict 
     if resumed is None:
         check_new_run(Path(cfg.run_dir), bool(cfg.trainer.get("start_over")))
         return None, []
+    Run(cfg.run_dir).check_written(resumed, Path(resumed["file"]))  # not another run's file
     stored = {**resumed, "config": dict(resumed.get("config") or {})}
     stored["config"]["data"] = absolute_local_paths(stored["config"].get("data") or {}, os.getcwd())
     allowed = check_resume(  # (older checkpoints stored corpus paths as given)
@@ -809,6 +809,7 @@ def start_launch(cfg, resumed, changes, data, state, plan, corpus, precision) ->
     if main_rank:  # one events file a launch, named by its segment (runs/events.py reads it)
         suffix = launch_suffix(read_segments(run_dir)[segment])
         writer = SummaryWriter(Run(run_dir).tensorboard, filename_suffix=suffix)
+        record_launch_file(run_dir, segment, suffix)
     progress = Progress(cfg.trainer, state.step, writer, state.device, info["train_loss_avg"])
     return Launch(
         cfg, state, train_model, data, plan, info, precision, segment, writer, progress,
@@ -866,7 +867,7 @@ def save_if_due(launch: Launch, last_save: float) -> float:
     if due == "step":
         save_step(state, launch.info, launch.run, trainer.keep_last)
     elif due == "last":
-        save(state, launch.info, launch.run.checkpoint_file("last"))
+        save(state, launch.info, launch.run, "last")
     return time.monotonic() if due else last_save
 
 
@@ -885,7 +886,7 @@ def finish_training(launch: Launch) -> None:
     if state.step > 0:  # the final weights are always a step file (Table 2 averaging)
         save_step(state, info, launch.run, launch.cfg.trainer.keep_last)
     else:
-        save(state, info, launch.run.checkpoint_file("last"))
+        save(state, info, launch.run, "last")
 
 
 def end_launch(launch: Launch, outcome: str, precision: str) -> dict:

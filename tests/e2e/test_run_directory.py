@@ -182,6 +182,22 @@ def test_a_sweep_with_a_folder_name_past_255_bytes_runs(tmp_path, cache_dir):
     assert f"model.dropout={float(note)!r}" in (job / ".hydra" / "overrides.yaml").read_text()
 
 
+def test_a_sweep_naming_a_value_twice_is_one_line_and_makes_no_folder(tmp_path, cache_dir):
+    """Third outside probe j-26: `seed=1,1` sent two jobs to one folder; the second died on the
+    first's lock inside the launcher's traceback."""
+    sweep = tmp_path / "sweep"
+    overrides = [*quick_overrides(cache_dir), "seed=2,1,2", f"hydra.sweep.dir={sweep}"]
+    proc = launch(tmp_path, ["-m", *overrides])
+    _, err = proc.communicate(timeout=300)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
+    assert lines == [
+        "error: seed=2,1,2: names 2 more than once, and each value is a run of its own (one "
+        "folder): pass each value once"
+    ]
+    assert not sweep.exists()
+
+
 def test_an_unwritable_run_directory_is_one_line(tmp_path, cache_dir):
     (tmp_path / "file").write_text("")
     proc = launch(tmp_path, [*quick_overrides(cache_dir), f"hydra.run.dir={tmp_path}/file/run"])

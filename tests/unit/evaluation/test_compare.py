@@ -424,10 +424,10 @@ def test_a_seed_given_twice_is_refused_not_pooled(tmp_path, toy_validation, caps
     link.symlink_to(run, target_is_directory=True)
     out = tmp_path / "o"
     err = error_of(capsys, tmp_path / "runs", link, "--resamples", "0", "--out", out)
-    assert "are one run (run id " in err and "sinusoidal seed 1)" in err
+    assert "are one training (run id " in err and "seed, trained to 401 steps)" in err
     shutil.copytree(run, tmp_path / "copy")
     err = error_of(capsys, tmp_path / "runs", tmp_path / "copy", "--resamples", "0", "--out", out)
-    assert "are one run (run id " in err and not out.exists()
+    assert "are one training (run id " in err and not out.exists()
     again = tmp_path / "again" / "position=sinusoidal,seed=1"  # another run of seed 1
     shutil.copytree(run, again)
     config = again / ".hydra" / "config.yaml"
@@ -536,6 +536,35 @@ def test_the_bootstrap_reads_the_runs_own_hypotheses_and_checks_them(
     assert "is missing" in error_of(capsys, *args)
 
 
+TABLE3 = "validation-last-beam4"
+
+
+def test_a_record_and_its_longer_training_are_one_run_and_a_record_is_not_scored(
+    tmp_path, toy_validation, capsys
+):
+    """Third outside probe 6-25: a study's grid records given beside the finals trained from
+    them were refused for a missing test evaluation, with advice (evaluate.py on a record) that
+    cannot work, and no word that they are the same trainings."""
+    run = make_run(tmp_path / "final", "SinusoidalPositionEncoding", 1, toy_validation)[0]
+    make_run(tmp_path / "final", "LearnedPositionEncoding", 1, toy_validation)
+    grid = tmp_path / "grid" / "seed-1"
+    shutil.copytree(run, grid)
+    shutil.rmtree(grid / "eval")
+    metrics = json.loads((grid / "metrics.json").read_text()) | {"steps": 100}
+    (grid / "metrics.json").write_text(json.dumps(metrics))  # the same run, a shorter budget
+    args = ["--resamples", "0", "--out", tmp_path / "o"]
+    err = error_of(capsys, tmp_path / "final", tmp_path / "grid", *args)
+    assert f"{run} and {grid} are one training (run id " in err
+    assert "trained to 100 and 401 steps): a run counts once" in err
+    (grid / ".hydra" / "config.yaml").write_text(
+        (grid / ".hydra" / "config.yaml").read_text().replace("seed: 1", "seed: 3")
+    )
+    err = error_of(capsys, tmp_path / "final", tmp_path / "grid", "--eval", TABLE3, *args)
+    assert f"{grid}/eval/{TABLE3}.json is missing, and {grid} keeps no checkpoints to score" in err
+    assert "(a study's record keeps its evaluations only: none)" in err
+    assert "name one of those with --eval" in err and "evaluate.py" not in err
+
+
 def test_links_to_run_folders_are_followed(tmp_path, toy_validation, capsys):
     """A folder of links to runs is searched through them, a link loop walked once; two links
     to one run are one run (was: no run directories, either way)."""
@@ -553,7 +582,7 @@ def test_links_to_run_folders_are_followed(tmp_path, toy_validation, capsys):
     for name in ("a", "b"):
         (tmp_path / "same" / name).symlink_to(runs[0], target_is_directory=True)
     err = error_of(capsys, tmp_path / "same", "--resamples", "0", "--out", tmp_path / "o2")
-    assert "are one run (run id " in err and "pass one of them" in err
+    assert "are one training (run id " in err and "pass one of them" in err
 
 
 def scored_files(run, folder, toy_validation, by_content: bool = True) -> None:

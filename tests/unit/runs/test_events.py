@@ -59,3 +59,17 @@ def test_a_run_resumed_across_the_change_keeps_its_earlier_launchs_events(tmp_pa
         path.rename(path.with_name(path.name.split(".segment-")[0]))  # and named its file
     train_tiny(run, cache_dir, 8, 2)  # resumed from step 4
     assert sorted(read_scalars(run)["dev/ppl"]) == [2, 4, 6, 8]
+
+
+def test_another_runs_events_renamed_as_this_launchs_are_not_read(tmp_path, cache_dir):
+    """Third outside probe 8-22: a second file ending with this launch's suffix (another run's
+    events, renamed) was read in place of the launch's own; segments.json names the file."""
+    other, run = tmp_path / "other", tmp_path / "run"
+    train_tiny(other, cache_dir, 8, 4)
+    train_tiny(run, cache_dir, 4, 2)
+    own = read_scalars(run)["dev/ppl"]
+    (mine,) = (run / "tensorboard").iterdir()
+    (theirs,) = (other / "tensorboard").iterdir()
+    suffix = mine.name[mine.name.index(".segment-") :]
+    shutil.copy(theirs, run / "tensorboard" / f"events.out.tfevents.1796657999.vm.99999.0{suffix}")
+    assert sorted(read_scalars(run)["dev/ppl"]) == sorted(own) == [2, 4]  # was [2, 4, 8]

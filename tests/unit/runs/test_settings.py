@@ -59,6 +59,13 @@ def test_a_non_finite_setting_is_one_line_naming_the_key(override, key):
         (["position=learned", "+position.base=500"],
          "position.base: LearnedPositionEncoding takes no base"),  # 16-22
         (["+position.scaling=linear"], "position.scaling: SinusoidalPositionEncoding takes no"),
+        (["+data.files.train.en=/a/train.en"],  # 16-23: trained on the toy corpus
+         "data.files: this corpus (data.toy.toy_corpus) reads no data.files (the data configs "
+         "that do: data=text)"),
+        (["data=multi30k", "+data.files.train.en=/a"], "data.files: this corpus (data.corpus.l"),
+        (["+data.path=/a"], "data.path: this corpus (data.toy.toy_corpus) reads no data.path "
+         "(the data configs that do: data=multi30k or data=wmt14_en_de)"),
+        (["+data.corpus.size=5"], "data.corpus.size: toy_corpus takes no size (it takes seed,"),
     ],
 )  # fmt: skip
 def test_a_setting_read_nowhere_is_one_line_naming_it(overrides, expected):
@@ -67,6 +74,8 @@ def test_a_setting_read_nowhere_is_one_line_naming_it(overrides, expected):
     assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
     for name in (p.stem for p in (CONFIG_DIR / "position").glob("*.yaml")):
         check_training_settings(compose_config([f"position={name}"]))  # each group is read
+    for name in ("toy", "multi30k", "wmt14_en_de"):  # (text's files are ??? until given)
+        check_training_settings(compose_config([f"data={name}"]))  # and each corpus's keys
 
 
 def test_every_experiment_passes_with_a_step_budget_and_no_minute_budget():
