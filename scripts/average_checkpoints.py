@@ -22,7 +22,7 @@ from runs.checkpoint import (
     average_checkpoints,
     save_checkpoint,
 )
-from runs.run import Run, training_file_name
+from runs.run import CHECKPOINTS, Run, training_file_name
 
 
 def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) -> list[Path]:
@@ -61,6 +61,13 @@ def check_distinct(paths: list[Path]) -> None:
             )
 
 
+def check_own_file(state: dict, path: Path) -> None:
+    """A file a run's checkpoints/ holds under a name training gives must be one that run wrote
+    (runs.Run.check_written: not another run's weights re-saved there)."""
+    if path.parent.name == CHECKPOINTS and training_file_name(path.name):
+        Run(path.parent.parent).check_written(state, path)
+
+
 def write_average(paths: list[Path], out: Path) -> dict:
     """Average the model weights of paths and write the result to out atomically; return it."""
     if training_file_name(out.name):
@@ -68,7 +75,7 @@ def write_average(paths: list[Path], out: Path) -> dict:
             f"--out {out}: step_<n>.pt, last.pt and best.pt are training's own names; pick another"
         )
     try:
-        state = average_checkpoints(paths)
+        state = average_checkpoints(paths, check=check_own_file)
     except (KeyError, RuntimeError) as e:
         raise CheckpointError(
             f"checkpoints {', '.join(map(str, paths))} hold different models ({e!r}): "

@@ -10,7 +10,7 @@ import pytest
 from common.errors import UserError
 from runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from runs.run import Run
-from tests.conftest import compose_config, tiny_run_overrides
+from tests.conftest import compose_config, script_main, tiny_run_overrides
 
 
 def train_tiny(run_dir, cache_dir, seed: int, steps: int = 4) -> Run:
@@ -82,6 +82,11 @@ def test_an_average_of_a_forged_step_file_is_refused(two_seeds, tmp_path):
     save_checkpoint(state, copy.checkpoint_file("step_2"))
     with pytest.raises(CheckpointError, match="step_2.pt is not a checkpoint this run wrote"):
         copy.load("avg:2")
+    average = script_main("average_checkpoints")
+    for args in (["--run-dir", copy.path], copy.step_checkpoints()):  # the script, both ways
+        with pytest.raises(SystemExit):
+            average([*map(str, args), "--out", str(tmp_path / "avg.pt")])
+        assert not (tmp_path / "avg.pt").exists()
 
 
 def test_files_outside_checkpoints_are_own_only_where_the_run_wrote_them(two_seeds, tmp_path):
