@@ -483,6 +483,7 @@ CASES = {
             f"+data.corpus.path={r / 'schema'}",
             f"+data.corpus.cache_dir={r / 'hub_cache'}",
             "~data.corpus.files",
+            "~data.files",  # read by nothing now: refused as such (probe 16-23)
         ],
         ["columns {id,text}", "data.src_lang"],
     ),
