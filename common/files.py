@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -109,19 +110,23 @@ def write_text(path: str | Path, text: str) -> None:
     write_texts({Path(path): text})
 
 
-STAGING_OWNER = ".owner"  # in a staging folder while it fills: "<host> <pid>" of its writer
+def staging_prefix(out: Path) -> str:
+    """A staging folder's name up to its random part: its writer's host and process id in it,
+    so a folder a kill left at any moment names its writer (probe 14-2: a file inside it could
+    be gone at the swap)."""
+    return f".{out.name}.{socket.gethostname()}@{os.getpid()}."
 
 
 def stale_stagings(out: Path) -> list[Path]:
-    """The staging folders of out that a killed call on this machine left (the writer its owner
-    file names is gone); another machine's, or a live writer's, are left alone."""
+    """The staging folders of out that a killed call on this machine left (the writer its name
+    names is gone); another machine's, or a live writer's, are left alone."""
+    named = re.compile(rf"^\.{re.escape(out.name)}\.(?P<host>.+)@(?P<pid>\d+)\.[^.]+\.partial$")
     stale = []
     for folder in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
-        try:
-            host, pid = (folder / STAGING_OWNER).read_text().split()
-        except (OSError, ValueError):
-            continue  # not a staging folder this code marked
-        if host == socket.gethostname() and not process_alive(int(pid)):
+        found = named.match(folder.name)
+        if found is None:
+            continue  # not a staging folder this code named
+        if found["host"] == socket.gethostname() and not process_alive(int(found["pid"])):
             stale.append(folder)
     return stale
 
@@ -146,21 +151,19 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     inside the block (disk full, Ctrl-C) removes the temporary folder and the parents this
     made: out stays as it was.
     """
+    if out.exists() and not out.is_dir():  # (probe 1-1: a raw rename error)
+        raise UserError(f"{out} is a file: pass a folder (new, or one this command wrote)")
     made = missing_folders(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in stale_stagings(out):
         shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".partial"))
-    owner = f"{socket.gethostname()} {os.getpid()}\n"
+    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=staging_prefix(out), suffix=".partial"))
     try:
         os.chmod(staging, new_folder_mode())
-        (staging / STAGING_OWNER).write_text(owner)
         yield staging
-        (staging / STAGING_OWNER).unlink(missing_ok=True)  # a writer may have cleared it
         if replace and out.is_dir() and any(out.iterdir()):
             swap_folders(staging, out)  # staging now holds the old contents
-            (staging / STAGING_OWNER).write_text(owner)  # removed below; a kill: by the next
-            shutil.rmtree(staging)
+            shutil.rmtree(staging)  # (a kill: removed by the next write)
         else:
             os.replace(staging, out)  # over an empty folder too (rename(2))
     except BaseException:

@@ -333,8 +333,9 @@ def check_poolable(runs: list[ScoredRun]) -> None:
     """CompareError unless every run was scored on one corpus's lines with one tokenizer and one
     search; the message names each differing setting with both values.
 
-    Perplexity per subword and BLEU on different sentences, or BLEU of different searches, do
-    not compare: such runs are never pooled into one table. The lines are told by content
+    Perplexity per subword and BLEU on different sentences, or BLEU of different searches or
+    checkpoints (one run's last step beside another's step 10), do not compare: such runs are
+    never pooled into one table. The lines are told by content
     where both evaluations record their sha256 (a copy of the files at another path is one
     corpus), by the split's or file's name where one does not.
     """
@@ -342,16 +343,19 @@ def check_poolable(runs: list[ScoredRun]) -> None:
     for run in runs[1:]:
         by_content = scored_by_content(first, run)
         tokenizers = [{"tokenizer_sha256": r.scores.get("tokenizer_sha256")} for r in (first, run)]
+        checkpoints = [{"checkpoint": r.scores.get("checkpoint")} for r in (first, run)]
         for what, a, b in (
             ("corpus or evaluation split", *(corpus_identity(r, by_content) for r in (first, run))),
             ("tokenizer", *tokenizers),
             ("search setting", search_settings(first.scores), search_settings(run.scores)),
+            ("checkpoint", *checkpoints),  # last, best, avgN or a step file: one for all (9-4)
         ):
             changed = differences(a, b)
             if changed:
                 raise CompareError(
                     f"{first.path} and {run.path} were scored with different {what}s "
-                    f"({'; '.join(changed)}): compare runs of one corpus, tokenizer and search"
+                    f"({'; '.join(changed)}): compare runs of one corpus, tokenizer, search and "
+                    "checkpoint"
                 )
         check_same_lines(first, run)
 

@@ -347,16 +347,20 @@ def evaluate(cfg: DictConfig) -> dict:
     srcs = [srcs[i] for i in kept]
     refs = [refs[i] for i in kept] if refs is not None else None
     precision = resolve_precision(cfg.precision, device)
+    run = Run(run_dir)
+    settings = {
+        "checkpoint": tag,
+        "split": None if cfg.src_file else split,
+        **search_record(cfg, precision, position_override),
+    }
+    check_same_settings(run, name, settings)
     hyps, found = translate_with(cfg, model, tokenizer, srcs, device, precision)
     nbest = nbest_lines(found, cfg.nbest, kept) if found is not None else None  # ids: line - 1
-    run = Run(run_dir)
     hyp_path = run.hypotheses_file(name)
     scores = {
         "name": name,
-        "checkpoint": tag,
         **checkpoint_record(state),
-        "split": None if cfg.src_file else split,
-        **search_record(cfg, precision, position_override),
+        **settings,
         "n_sentences": len(hyps),
         "hypotheses": str(hyp_path),
         "hypotheses_sha256": lines_sha256(hyps),  # compare reads the .hyp back, checked
@@ -370,6 +374,24 @@ def evaluate(cfg: DictConfig) -> dict:
     check_scores(scores, run_dir, tag, where)
     run.write_evaluation(name, hyps, scores, nbest)
     return scores
+
+
+def check_same_settings(run: Run, name: str, settings: dict) -> None:
+    """UserError where eval/<name>.json holds an evaluation of other settings (checkpoint, split
+    or files, search): it would be replaced by another under its name (probe 18-5: a src_file
+    whose stem is a default name; 9-5: another run's checkpoint on the run's own file). The
+    same settings again refresh it (the weights may have trained on)."""
+    before = run.evaluation(name)
+    changed = [
+        f"{key}: {before[key]} -> {value}"
+        for key, value in settings.items()
+        if before is not None and key in before and before[key] != value
+    ]
+    if changed:
+        raise UserError(
+            f"{run.evaluation_file(name)} holds an evaluation of other settings "
+            f"({'; '.join(changed)}): pass name=<a name of its own> for this one"
+        )
 
 
 def check_split_text(run: Run, split: str, now: dict) -> None:

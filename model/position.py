@@ -279,6 +279,7 @@ class LearnedPositionEncoding(PositionEncoding):
     A position past the table is an error, never an index error nor silent clipping.
     """
 
+    table_rows = True  # sized by model.max_positions (no other encoding reads it)
     max_shift = 0  # SHAPE's K (LearnedShapePositionEncoding); 0 = positions as they are
     eval_shift = 0  # SHAPE's offset at evaluation
 
@@ -388,6 +389,11 @@ class RotaryPositionEncoding(PositionEncoding):
             raise PositionSettingError(
                 f"position factor={self.factor}: pass a finite number, 1 (unscaled) or more "
                 "(how many times the trained length the inputs reach)"
+            )
+        if factor != 1.0 and self.scaling is None:  # read by nothing (probe 16-9)
+            raise PositionSettingError(
+                f"position factor={self.factor} scales nothing without a scaling: pass "
+                "scaling=linear or scaling=ntk with it, or leave factor at 1"
             )
         self.factor = factor
 

@@ -84,6 +84,7 @@ def well_formed(segment) -> bool:
         and all(
             isinstance(e, dict) and type(e.get("step")) is int
             and isinstance(e.get("sha256"), str) and isinstance(e.get("weights"), str)
+            and isinstance(e.get("file", ""), str)
             for e in entries
         )
     )  # fmt: skip
@@ -134,7 +135,7 @@ def start_segment(
             "wall_seconds": None,
             "outcome": "running (or killed)",
             "events_file": None,  # record_events_file
-            "checkpoints": [],  # record_checkpoint: {step, sha256, weights}
+            "checkpoints": [],  # record_checkpoint: {step, sha256, weights, file}
         }
     )
     run_id = run_id or record.get("run_id")
@@ -160,17 +161,15 @@ def record_events_file(run_dir: str | Path, index: int, name: str) -> None:
     write_json(Path(run_dir) / SEGMENTS_FILE, record)
 
 
-def record_checkpoint(run_dir: str | Path, step: int, sha256: str, weights: str) -> None:
+def record_checkpoint(run_dir: str | Path, step: int, sha256: str, weights: str, file: str) -> None:
     """Add a checkpoint the running (last) segment is about to save: its step, its content's
-    sha256 (runs.checkpoint.content_sha256) and its weights' (weights_sha256); once each."""
+    sha256 (runs.checkpoint.content_sha256), its weights' (weights_sha256) and its file name."""
     record = read_record(run_dir)
     if not record["segments"]:  # a checkpoint written outside a launch (tests, tools)
         return
-    entry = {"step": step, "sha256": sha256, "weights": weights}
-    written = record["segments"][-1].setdefault("checkpoints", [])
-    if entry not in written:
-        written.append(entry)
-        write_json(Path(run_dir) / SEGMENTS_FILE, record)
+    entry = {"step": step, "sha256": sha256, "weights": weights, "file": file}
+    record["segments"][-1].setdefault("checkpoints", []).append(entry)
+    write_json(Path(run_dir) / SEGMENTS_FILE, record)
 
 
 def current_launches(segments: list[dict]) -> list[dict]:

@@ -69,6 +69,7 @@ CHECKPOINTS = "checkpoints"
 EVALUATIONS = "eval"
 TENSORBOARD = "tensorboard"
 NAMED_CHECKPOINTS = ("last", "best")  # checkpoints/<name>.pt, kept by training
+LATEST_ONLY = ("last.pt", "best.pt")  # rewritten by training: the run's is the last so named
 # Where a run's files and corpus are: no part of what it trained (its identity).
 LOCATION_KEYS = ("data.path", "data.corpus.path")
 # What marks a folder as a training run's (finished or not).
@@ -302,57 +303,83 @@ class Run:
     def is_current(self, scores: dict, last_step: int | None = None) -> bool:
         """Whether an evaluation scored the weights the run holds now: the checkpoint file it
         scored is in checkpoints/ with the sha256 it recorded (so a `best` evaluation older
-        than the last step is current); where that file is gone (a record keeps no weights) or
-        unnamed (an average), it scored the run's last step (last_step, else metrics.json's)."""
+        than the last step is current; one of last.pt must also be of the last step: an older
+        file copied over it keeps its sha256, probe b-2); where that file is gone (a record
+        keeps no weights) or unnamed (an average), it scored the run's last step (last_step,
+        else metrics.json's)."""
         name, recorded = scores.get("checkpoint_file"), scores.get("checkpoint_sha256")
         path = self.checkpoints / Path(str(name)).name
-        if name and recorded and path.is_file():
-            return checkpoint_sha256(path) == recorded
         if last_step is None and self.is_finished():
             last_step = read_json(self.metrics_file).get("steps")
         step = scores.get("step")
-        return step is not None and last_step is not None and int(step) >= int(last_step)
+        at_last = step is not None and last_step is not None and int(step) >= int(last_step)
+        if name and recorded and path.is_file():  # an evaluation of last.pt: of the last step too
+            same = checkpoint_sha256(path) == recorded
+            return same and (at_last or path.name != "last.pt" or last_step is None)
+        return at_last
 
     # -- checkpoints written and read back
     def save_checkpoint(self, state: dict, name: str) -> None:
-        """checkpoints/<name>.pt, its step and sha256 recorded in segments.json before the file is
-        written (a kill between the two leaves a record of a file never made, which is harmless;
-        the reverse would leave a file its run does not know)."""
+        """checkpoints/<name>.pt, naming the launch that writes it, its step, name and sha256
+        recorded in segments.json before the file is written (a kill between the two leaves a
+        record of a file never made, which is harmless; the reverse, a file the run does not
+        know)."""
+        launches = self.segments()
+        if launches:  # a record edited away or replaced is then told from an older run (written)
+            state = state | {"launch": launches[-1].get("launch")}
         checksum = content_sha256(state)
-        record_checkpoint(self.path, int(state["step"]), checksum, weights_sha256(state))
+        weights = weights_sha256(state)
+        record_checkpoint(self.path, int(state["step"]), checksum, weights, f"{name}.pt")
         save_checkpoint(state, self.checkpoint_file(name), checksum)
 
-    def written(self, state: dict) -> bool | None:
-        """Whether this run's launches recorded writing state (its step and content sha256, or for
-        an average, the weights of each input: runs/record.py); None where the launches that
-        trained its step recorded none (code before that record: not known)."""
+    def written(self, state: dict, name: str | None = None) -> bool | None:
+        """Whether this run's launches recorded writing state (runs/record.py): its launch, step
+        and content (an average: the weights of each input); with name (last.pt, best.pt,
+        step_<n>.pt), under that name, and for last.pt and best.pt as the last one so named.
+        None where the launches that trained its step recorded none (code before the record)."""
         launches = current_launches(self.segments())
+        launch = state.get("launch")
+        if launch is not None and launch not in {s.get("launch") for s in launches}:
+            return False  # its writer is not in this record: edited, deleted or another run's
         step = state.get("step")
         trained = [
             s for s in launches
             if step is not None and s.get("start_step", 0) <= step
             and (s.get("end_step") is None or step <= s["end_step"])
         ]  # fmt: skip
-        if not launches or any("checkpoints" not in s for s in trained):
+        if launch is None and (not launches or any("checkpoints" not in s for s in trained)):
             return None
-        written = [entry for s in launches for entry in s["checkpoints"]]
+        entries = [entry for s in launches for entry in s.get("checkpoints", [])]
         if state.get("averaged_sha256"):
-            return set(state["averaged_sha256"]) <= {entry["weights"] for entry in written}
+            return set(state["averaged_sha256"]) <= {entry["weights"] for entry in entries}
+        if name is not None:  # (entries recorded before names were: any name)
+            entries = [entry for entry in entries if entry.get("file", name) == name]
+            entries = entries[-1:] if name in LATEST_ONLY else entries
         content = content_sha256({key: value for key, value in state.items() if key != "file"})
-        return bool(trained) and any(entry["sha256"] == content for entry in written)
+        return bool(trained) and any(entry["sha256"] == content for entry in entries)
 
-    def check_written(self, state: dict, path: Path) -> None:
+    def check_written(self, state: dict, path: Path, by_name: bool = False) -> None:
         """CheckpointError where path, a checkpoint of this run's checkpoints/ or one it resumes,
-        holds content its launches did not record writing: another run's weights or a step
-        rewritten under a fresh checksum (probe 9-21, 13-28), or another run's file copied in."""
-        if self.written(state) is False:
+        holds content its launches did not record writing (by_name: under path's name): another
+        run's weights or a step rewritten under a fresh checksum (probe 9-21, 13-28), another
+        run's file copied in, an older file copied over last.pt or best.pt."""
+        if self.written(state, path.name if by_name else None) is False:
             raise self._not_written(state, path)
 
     def _not_written(self, state: dict, path: Path) -> CheckpointError:
+        launch = state.get("launch")
+        writer = {s.get("launch"): s for s in self.segments()}.get(launch, {})
+        if launch is not None and not writer.get("checkpoints"):
+            listed = "lists no checkpoint of it" if writer else "does not list it"
+            return CheckpointError(
+                f"{path} was written by launch {launch}, and {self.segments_file} {listed}: "
+                "that record was edited, deleted or replaced; restore it"
+            )
         return CheckpointError(
-            f"{path} is not a checkpoint this run wrote: {self.segments_file} records no step "
-            f"{state.get('step')} checkpoint with its content: restore the run's own file, or "
-            "move this one out of checkpoints/ and pass its path (scored as another run's)"
+            f"{path} is not the {path.name} this run wrote: {self.segments_file} records no "
+            f"step {state.get('step')} checkpoint with its content under that name (the last "
+            "written, for last.pt and best.pt): restore the run's own file, or pass the file "
+            "you mean by its own name"
         )
 
     def load(self, checkpoint: str) -> tuple[dict, str]:
@@ -403,7 +430,8 @@ class Run:
                 f"checkpoint={checkpoint}: only {len(paths)} step checkpoints in "
                 f"{self.checkpoints}; pass a smaller N"
             )
-        state = average_checkpoints(paths, check=self.check_written)
+        by_name = functools.partial(self.check_written, by_name=True)
+        state = average_checkpoints(paths, check=by_name)
         state = _checked(state, f"{checkpoint} in {self.checkpoints}")
         return {**state, "own_checkpoint": True, "file_sha256": None}
 
@@ -418,8 +446,9 @@ class Run:
         any file of a run without one, by its place in checkpoints/.
         """
         own = path.resolve().parent == self.checkpoints.resolve()
-        written = self.written(state)
-        if written is False and own and training_file_name(path.name):
+        named = own and training_file_name(path.name)
+        written = self.written(state, path.name if named else None)
+        if written is False and named:
             raise self._not_written(state, path)
         if written is not None:
             return {**state, "own_checkpoint": written, "file_sha256": file_sha256(path)}
@@ -508,14 +537,16 @@ def lines_sha256(lines: list[str]) -> str:
 
 
 def search_settings(scores: dict) -> dict:
-    """How an eval JSON's search ran: engine, beam, length penalty, length limits and any
-    inference-only position override.
+    """How an eval JSON's search ran: engine, beam, length penalty, length limits, any
+    inference-only position override and its precision (a bf16 search of one seed beside fp32
+    ones is another search: probe d-2).
 
     One written before min_len existed searched with min_len 0 (EOS could come first), and
     before engine existed with ours.
     """
     keys = {"engine": "ours", "beam": None, "lenpen": None, "max_len_b": None, "min_len": 0}
     keys["position_override"] = {}  # inference-only position settings (none before it existed)
+    keys["precision"] = "fp32"  # our search's arithmetic (all fp32 before it was recorded)
     return {key: scores.get(key, default) for key, default in keys.items()}
 
 

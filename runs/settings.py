@@ -8,6 +8,7 @@ SLURM sweep whose jobs get no GPU while trainer.device wants one, before anythin
 
 import functools
 import inspect
+import logging
 import math
 import shutil
 import subprocess
@@ -156,9 +157,10 @@ def data_readers(key: str) -> list[str]:
 def check_read(cfg: DictConfig) -> None:
     """SettingError for a setting train.py reads nowhere: a top-level key of no config group
     (`+foo=1`, probe 16-21), a data key neither configs/train.yaml declares nor the corpus
-    reads (`+data.files.train.en=...` with the toy corpus, 16-23), or an argument the position
-    class or the corpus function does not take (`position=learned +position.base=500` was
-    Hydra's TypeError, and a run folder left behind: 16-22, 16-25)."""
+    reads (`+data.files.train.en=...` with the toy corpus, 16-23), an argument the model, the
+    position class or the corpus function does not take (`position=learned +position.base=500`
+    was Hydra's TypeError, and a run folder left behind: 16-22, 16-25, 16-3), or a trainer or
+    optim key no option of its group declares (16-1, 16-2)."""
     unknown = [key for key in cfg if key not in top_level_keys()]
     if unknown:
         raise SettingError(
@@ -174,9 +176,28 @@ def check_read(cfg: DictConfig) -> None:
                 f"data.{key}: this corpus ({(corpus or {}).get('_target_')}) reads no data.{key} "
                 f"(the data configs that do: {readers}); remove it or pick one of those"
             )
-    check_arguments("position", cfg.position)
     if corpus is not None:
         check_arguments("data.corpus", corpus)
+    for group in ("model", "position", "optim", "trainer"):
+        if cfg[group].get("_target_"):
+            check_arguments(group, cfg[group])
+            continue
+        declared = group_keys(group)
+        unknown = [key for key in cfg[group] if key not in declared]
+        if unknown:  # `+trainer.foo=1`, `+optim.momentum=0.9` (probe 16-1, 16-2)
+            raise SettingError(
+                f"{group}.{unknown[0]}: train.py reads no such setting (configs/{group}/ "
+                f"declares {', '.join(sorted(declared))}); remove +{group}.{unknown[0]}"
+            )
+
+
+@functools.cache
+def group_keys(group: str) -> frozenset[str]:
+    """The keys the options of a config group without a `_target_` declare (configs/<group>/)."""
+    keys: set[str] = set()
+    for path in (CONFIG_DIR / group).glob("*.yaml"):
+        keys |= set(OmegaConf.to_container(OmegaConf.load(path)))
+    return frozenset(keys)
 
 
 def check_arguments(section: str, settings: DictConfig) -> None:
@@ -198,11 +219,43 @@ def check_arguments(section: str, settings: DictConfig) -> None:
             )
 
 
-def check_training_settings(cfg: DictConfig) -> None:
+def _learned_table(cfg: DictConfig) -> bool:
+    target = cfg.position.get("_target_")
+    return bool(target) and getattr(hydra.utils.get_class(str(target)), "table_rows", False)
+
+
+# Settings a run reads only under another: (key, whether this run reads it, what turns it on,
+# refused or only warned of: one model.max_positions for a sweep over encodings is a design).
+READ_ONLY_WITH = (
+    ("data.train_join_max", lambda cfg: cfg.data.get("train_join_share") is not None,
+     "data.train_join_share set", True),
+    ("data.train_join_seed", lambda cfg: cfg.data.get("train_join_share") is not None,
+     "data.train_join_share set", True),
+    ("model.max_positions", _learned_table, "a learned position table (position=learned or "
+     "learned_shape; other encodings are computed at any position)", False),
+)  # fmt: skip
+
+
+def check_read_under(cfg: DictConfig, overrides: list[str] | None) -> None:
+    """SettingError (or a warning) for a setting the command line gives that this run reads
+    nowhere under its other settings (probe 16-7, 16-8, 16-10: trained without it, recorded as
+    if it counted)."""
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides or [] if "=" in o}
+    for key, reads, turned_on_by, refused in READ_ONLY_WITH:
+        if key in given and not reads(cfg):
+            if refused:
+                raise SettingError(f"{key}: read only with {turned_on_by}; remove it or set that")
+            logging.getLogger("train").warning(
+                f"warning: {key} is read only with {turned_on_by}: this run does not read it"
+            )
+
+
+def check_training_settings(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     """Raise SettingError naming the first setting that is inf or nan or out of range (RANGES),
-    or one read nowhere (check_read)."""
+    or one read nowhere (check_read; overrides: the command line's, check_read_under)."""
     check_finite(cfg)
     check_read(cfg)
+    check_read_under(cfg, overrides)
     _check("seed", cfg.seed, 0, False, True, "the run's random seed")
     for key, (minimum, optional, integer, hint) in RANGES.items():
         section, name = key.split(".")

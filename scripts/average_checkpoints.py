@@ -74,6 +74,8 @@ def write_average(paths: list[Path], out: Path) -> dict:
         raise CheckpointError(
             f"--out {out}: step_<n>.pt, last.pt and best.pt are training's own names; pick another"
         )
+    if out.exists() or out.is_symlink():  # never written over (probe 1-3: a user's file was)
+        raise CheckpointError(f"--out {out} exists: pass a new file name, or remove it first")
     try:
         state = average_checkpoints(paths, check=check_own_file)
     except (KeyError, RuntimeError) as e:

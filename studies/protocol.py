@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -27,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 from common.configs import CONFIG_DIR, compose_config
 from common.errors import UserError, first_line
 from evaluation.evaluate import MAX_BEAM, MAX_LENPEN
+from runs.settings import SettingError, check_read
 
 # Written into every record a study keeps (record.json "schema"); raise it when a record's
 # meaning changes, with a migration script beside the change.
@@ -205,6 +207,11 @@ def load_study(name: str) -> StudySpec:
         key = getattr(e, "full_key", None)
         where = f" {key}:" if key else ""
         raise StudyConfigError(f"{path}:{where} {first_line(e)}; see docs/study-schema.md") from e
+    except yaml.YAMLError as e:  # a key given twice, a broken indent (probe f-3)
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark else ""
+        problem = getattr(e, "problem", None) or first_line(e)
+        raise StudyConfigError(f"{path}:{line} {problem}; fix the YAML") from e
     check_study(study, path)
     return study
 
@@ -380,8 +387,8 @@ def check_composes(path: Path, study: StudySpec) -> None:
         for variant in study.condition_variants(condition):
             words = run_overrides(study, condition, variant)
             try:
-                compose_config([*words, "run_dir=."])
-            except (HydraException, OmegaConfBaseException) as e:
+                check_read(compose_config([*words, "run_dir=."]))  # a key nothing reads (f-7)
+            except (HydraException, OmegaConfBaseException, SettingError) as e:
                 raise StudyConfigError(
                     f"{path}: {condition}/{variant} does not compose ({first_line(e)}): fix "
                     "experiment or the overrides"
@@ -479,9 +486,10 @@ def check_run_overrides(study: StudySpec, overrides: Sequence[str]) -> None:
             )
     for condition in study.conditions:
         for variant in study.condition_variants(condition):
+            words = [*run_overrides(study, condition, variant), *overrides, "run_dir=."]
             try:
-                compose_config([*run_overrides(study, condition, variant), *overrides, "run_dir=."])
-            except (HydraException, OmegaConfBaseException) as e:
+                check_read(compose_config(words))  # a key nothing reads (probe f-9)
+            except (HydraException, OmegaConfBaseException, SettingError) as e:
                 raise StudyConfigError(
                     f"{' '.join(overrides)}: does not compose with study {study.name} "
                     f"({first_line(e)}): fix the overrides after --"

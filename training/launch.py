@@ -529,9 +529,17 @@ def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict 
     Run(cfg.run_dir).check_written(resumed, Path(resumed["file"]))  # not another run's file
     stored = {**resumed, "config": dict(resumed.get("config") or {})}
     stored["config"]["data"] = absolute_local_paths(stored["config"].get("data") or {}, os.getcwd())
-    allowed = check_resume(  # (older checkpoints stored corpus paths as given)
-        stored, resumed["file"], stored_config(cfg), precision, world, cfg.trainer.max_steps
-    )
+    try:
+        allowed = check_resume(  # (older checkpoints stored corpus paths as given)
+            stored, resumed["file"], stored_config(cfg), precision, world, cfg.trainer.max_steps
+        )
+    except ResumeError as e:  # a launch with checkpoints resumes, start_over or not (1-7)
+        if not cfg.trainer.get("start_over"):
+            raise
+        raise ResumeError(
+            f"{e} (trainer.start_over=true clears only a run without checkpoints: move "
+            "checkpoints/ away to train afresh there)"
+        ) from e
     threads = resumed.get("num_threads")  # torch's CPU threads in use (set by start_process)
     if device.type == "cpu" and threads is not None and threads != torch.get_num_threads():
         allowed.append(f"CPU threads in use: {threads} -> {torch.get_num_threads()}")
@@ -578,7 +586,7 @@ def train(cfg: DictConfig) -> dict:
     run_dir = Path(cfg.run_dir)
     before = run_dir_before(run_dir)
     try:
-        check_training_settings(cfg)
+        check_training_settings(cfg, launch_overrides())
         with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
             return train_holding_lock(cfg)
     except UserError:

@@ -331,6 +331,14 @@ def test_start_over_with_checkpoints_resumes(six_steps, cache_dir, tmp_path, cap
     assert "resumed from step 6" in caplog.text
 
 
+def test_start_over_refused_as_a_resume_says_it_does_not_apply(six_steps, cache_dir, tmp_path):
+    """Probe 1-7: start_over=true below the checkpoint's step was refused as a resume, with no
+    word that start_over clears only a run without checkpoints."""
+    run_dir = copy_run(six_steps, tmp_path)
+    with pytest.raises(ResumeError, match=r"step 6\): .*\(trainer.start_over=true clears only a"):
+        run(cache_dir, run_dir, 4, "trainer.start_over=true")
+
+
 # --- (6) the thread count -------------------------------------------------------------------
 
 

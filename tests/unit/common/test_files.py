@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
+from common.errors import UserError
 from common.files import (
-    STAGING_OWNER,
     replaced_folder,
     staged_folder,
     swap_folders,
@@ -90,15 +90,46 @@ def test_a_killed_writers_staging_folder_is_cleared_by_the_next(tmp_path):
     assert done.returncode == -signal.SIGKILL
     left = list(out.parent.glob(".hf.*.partial"))
     assert len(left) == 1 and (left[0] / "config.json").is_file()
-    live, foreign = out.parent / ".hf.live.partial", out.parent / ".hf.foreign.partial"
-    here = f"{socket.gethostname()} {os.getpid()}"  # this test's process: alive
-    for folder, owner in ((live, here), (foreign, "elsewhere 1")):
+    live = out.parent / f".hf.{socket.gethostname()}@{os.getpid()}.x1.partial"  # this test's
+    foreign = out.parent / ".hf.elsewhere@1.x2.partial"  # another machine's
+    users = out.parent / ".hf.mine.partial"  # not named as a staging folder: a user's
+    for folder in (live, foreign, users):
         folder.mkdir()
-        (folder / STAGING_OWNER).write_text(owner)
     with staged_folder(out) as staging:
         (staging / "config.json").write_text("{}")
-    assert sorted(p.name for p in out.parent.iterdir()) == sorted([live.name, foreign.name, "hf"])
-    assert [p.name for p in out.iterdir()] == ["config.json"]  # the owner file is not exported
+    kept = sorted([live.name, foreign.name, users.name, "hf"])
+    assert sorted(p.name for p in out.parent.iterdir()) == kept
+    assert [p.name for p in out.iterdir()] == ["config.json"]  # nothing but what was written
+
+
+def test_a_writer_killed_at_the_swap_leaves_a_folder_the_next_write_clears(tmp_path):
+    """Third outside probe 14-2: killed at the swap, a replaced report's staging folder (its
+    owner file already gone) stayed for good; its name now says whose it is."""
+    out = tmp_path / "ck"
+    out.mkdir()
+    (out / "table.md").write_text("old\n")
+    killed = (
+        "import os, signal; from pathlib import Path; import common.files as f\n"
+        "f.swap_folders = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"with f.staged_folder(Path({str(out)!r}), replace=True) as s:\n"
+        "    (s / 'table.md').write_text('new')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", killed], cwd=ROOT, check=False)
+    assert done.returncode == -signal.SIGKILL and len(list(tmp_path.glob(".ck.*.partial"))) == 1
+    with staged_folder(out, replace=True) as staging:
+        (staging / "table.md").write_text("newer\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    assert (out / "table.md").read_text() == "newer\n"
+
+
+def test_a_file_given_as_the_folder_to_write_is_one_line_and_kept(tmp_path):
+    """Probe 1-1: compare --out <a user's file> failed with a raw rename error."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(UserError, match=r"notes.txt is a file: pass a folder"):
+        with staged_folder(notes, replace=True):
+            pass
+    assert notes.read_text() == "my notes\n" and sorted(tmp_path.iterdir()) == [notes]
 
 
 def test_a_full_disk_is_one_line_saying_what_to_do():

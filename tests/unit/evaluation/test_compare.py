@@ -225,6 +225,9 @@ def test_errors_are_one_clear_line(tmp_path, capsys, toy_validation):
     assert "has no metrics.json" in error_of(capsys, unfinished)
 
     run = make_run(tmp_path / "a", "SinusoidalPositionEncoding", 1, toy_validation)[0]
+    assert "keeps no checkpoints to score" in error_of(capsys, run, "--eval", "nope")
+    (run / "checkpoints").mkdir()  # a training run's folder: evaluate.py makes it
+    (run / "checkpoints" / "last.pt").write_bytes(b"weights")
     assert "python evaluate.py run_dir=" in error_of(capsys, run, "--eval", "nope")
     (run / "eval" / "validation-last-beam4.json").unlink()
     assert "python evaluate.py run_dir=" in error_of(capsys, run)
@@ -537,6 +540,20 @@ def test_the_bootstrap_reads_the_runs_own_hypotheses_and_checks_them(
 
 
 TABLE3 = "validation-last-beam4"
+
+
+def test_evaluations_of_different_checkpoints_under_one_name_are_not_pooled(
+    tmp_path, toy_validation, capsys
+):
+    """Third outside probe 9-4: one seed's step-10 evaluation, named like the others' last-step
+    ones, was pooled with them (every row shown at the run's last step)."""
+    for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding"):
+        for seed in (1, 2):
+            run, _, scores, _ = make_run(tmp_path / "runs", position, seed, toy_validation)
+            scores["checkpoint"] = "step_10" if (position, seed) == (position, 2) else "last"
+            (run / "eval" / f"{TABLE3}.json").write_text(json.dumps(scores))
+    err = error_of(capsys, tmp_path / "runs", "--resamples", "0", "--out", tmp_path / "o")
+    assert 'were scored with different checkpoints (checkpoint: "last" vs "step_10")' in err
 
 
 def test_a_record_and_its_longer_training_are_one_run_and_a_record_is_not_scored(

@@ -142,6 +142,28 @@ def test_another_search_is_named_and_never_written_over_the_papers(trained_run, 
         evaluate(eval_config(run, "split=test", "beam=1", "lenpen=1.0", "name=test-last-beam1"))
 
 
+def test_an_existing_evaluation_of_other_settings_is_never_replaced(trained_run, tmp_path):
+    """Probe 18-5: a src_file named test-last-beam1.en replaced the split's evaluation of that
+    name; 9-5: another checkpoint scored on the run's own file replaced its evaluation."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    evaluate(eval_config(run, "split=test", "beam=1"))
+    before = (run / "eval" / "test-last-beam1.json").read_bytes()
+    srcs, _ = toy_pairs(run, "test", 5)
+    for name in ("test-last-beam1.en", "s5.en"):
+        (tmp_path / name).write_text("".join(f"{line}\n" for line in srcs), encoding="utf-8")
+    named_like = f"src_file={tmp_path / 'test-last-beam1.en'}"
+    with pytest.raises(UserError, match=r"beam1.json holds an evaluation of other settings \("
+                       r"split: test -> None; src_file: None -> "):  # fmt: skip
+        evaluate(eval_config(run, named_like, "beam=1"))
+    assert (run / "eval" / "test-last-beam1.json").read_bytes() == before
+    evaluate(eval_config(run, f"src_file={tmp_path / 's5.en'}", "beam=1"))
+    again = evaluate(eval_config(run, f"src_file={tmp_path / 's5.en'}", "beam=1"))  # refreshed
+    with pytest.raises(UserError, match=r"s5.json holds .* \(checkpoint: last -> best\)"):
+        evaluate(eval_config(run, f"src_file={tmp_path / 's5.en'}", "beam=1", "checkpoint=best"))
+    assert json.loads((run / "eval" / "s5.json").read_text()) == json.loads(json.dumps(again))
+
+
 def test_missing_run_directory_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="has no checkpoints"):
         evaluate(eval_config(tmp_path))

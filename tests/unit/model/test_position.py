@@ -288,6 +288,8 @@ def test_inference_settings_are_checked_and_refused_one_line():
         build("relative").apply_inference_settings(max_distance=32)
     with pytest.raises(PositionSettingError, match="scaling=yarn"):  # the YAML is checked alike
         build("rope", scaling="yarn")
+    with pytest.raises(PositionSettingError, match="factor=4 scales nothing without a scaling"):
+        build("rope", factor=4)  # probe 16-9: trained unscaled, factor 4 recorded
 
 
 def test_each_yaml_names_its_own_class():

@@ -51,7 +51,7 @@ def test_another_seeds_weights_resaved_as_last_pt_are_refused(two_seeds, tmp_pat
     run, other = two_seeds
     weights = load_checkpoint(other.checkpoint_file("last"))["model"]
     copy = forged(run, tmp_path, model=weights)  # probe 9-21: was scored as the run's own
-    with pytest.raises(CheckpointError, match="last.pt is not a checkpoint this run wrote"):
+    with pytest.raises(CheckpointError, match="last.pt is not the last.pt this run wrote"):
         copy.load("last")
 
 
@@ -67,7 +67,7 @@ def test_a_resume_from_a_forged_last_pt_is_refused(two_seeds, tmp_path, cache_di
     for path in copy.step_checkpoints():
         path.unlink()  # last.pt is what a resume reads
     before = copy.segments_file.read_bytes()
-    with pytest.raises(CheckpointError, match="is not a checkpoint this run wrote"):
+    with pytest.raises(CheckpointError, match="last.pt is not the last.pt this run wrote"):
         train_tiny(copy.path, cache_dir, 1, steps=6)
     assert copy.segments_file.read_bytes() == before  # refused before a segment began
 
@@ -80,13 +80,24 @@ def test_an_average_of_a_forged_step_file_is_refused(two_seeds, tmp_path):
     state.pop("file")
     state["model"] = load_checkpoint(other.checkpoint_file("step_2"))["model"]
     save_checkpoint(state, copy.checkpoint_file("step_2"))
-    with pytest.raises(CheckpointError, match="step_2.pt is not a checkpoint this run wrote"):
+    with pytest.raises(CheckpointError, match="step_2.pt is not the step_2.pt this run wrote"):
         copy.load("avg:2")
     average = script_main("average_checkpoints")
     for args in (["--run-dir", copy.path], copy.step_checkpoints()):  # the script, both ways
         with pytest.raises(SystemExit):
             average([*map(str, args), "--out", str(tmp_path / "avg.pt")])
         assert not (tmp_path / "avg.pt").exists()
+
+
+def test_averaging_never_writes_over_an_existing_file(two_seeds, tmp_path, capsys):
+    """Probe 1-3: average_checkpoints.py --out <a user's file> replaced it without a word."""
+    users = tmp_path / "user.pt"
+    users.write_text("user data\n")
+    with pytest.raises(SystemExit):
+        script_main("average_checkpoints")(["--run-dir", str(two_seeds[0].path), "--last", "2",
+                                            "--out", str(users)])  # fmt: skip
+    assert "user.pt exists: pass a new file name" in capsys.readouterr().err
+    assert users.read_text() == "user data\n"
 
 
 def test_files_outside_checkpoints_are_own_only_where_the_run_wrote_them(two_seeds, tmp_path):
@@ -98,12 +109,44 @@ def test_files_outside_checkpoints_are_own_only_where_the_run_wrote_them(two_see
 
 
 def test_a_run_whose_launches_recorded_no_checkpoints_is_read_as_before(two_seeds, tmp_path):
-    copy = forged(two_seeds[0], tmp_path, step=4)  # re-saved, same content: one checksum
+    copy = Run(tmp_path / "copy")
+    shutil.copytree(two_seeds[0].path, copy.path)
     record = json.loads(copy.segments_file.read_text())
     del record["segments"][0]["checkpoints"]  # as a launch before the record wrote it
     copy.segments_file.write_text(json.dumps(record))
+    with pytest.raises(CheckpointError, match="lists no checkpoint of it: that rec"):
+        copy.load("last")  # its file names its launch: the record was edited (probe n-1)
+    state = load_checkpoint(copy.checkpoint_file("last"))
+    del state["file"], state["launch"]  # and as that launch wrote its files
+    save_checkpoint(state, copy.checkpoint_file("last"))
     assert copy.written(load_checkpoint(copy.checkpoint_file("last"))) is None
     assert copy.load("last")[0]["own_checkpoint"] is True
+
+
+def test_a_record_deleted_or_another_runs_is_named(two_seeds, tmp_path):
+    """Probe n-2 (segments.json deleted: last.pt was own by its place), n-5 (another run's
+    segments.json: the run's own last.pt was blamed)."""
+    run, other = two_seeds
+    copy = Run(tmp_path / "copy")
+    shutil.copytree(run.path, copy.path)
+    shutil.copy(other.segments_file, copy.segments_file)
+    with pytest.raises(CheckpointError, match="written by launch .* does not list it"):
+        copy.load("last")
+    copy.segments_file.unlink()
+    with pytest.raises(CheckpointError, match="written by launch .* does not list it"):
+        copy.load("last")
+
+
+def test_an_older_checkpoint_copied_over_last_or_best_is_refused(two_seeds, tmp_path):
+    """Probe b-1 and b-3: step_2.pt copied over last.pt (a run that ended at step 4) or over
+    best.pt was scored as the run's last or best: its content is recorded, as step_2.pt."""
+    copy = Run(tmp_path / "copy")
+    shutil.copytree(two_seeds[0].path, copy.path)
+    for name in ("last", "best"):
+        shutil.copy(copy.checkpoint_file("step_2"), copy.checkpoint_file(name))
+        with pytest.raises(CheckpointError, match=f"{name}.pt is not the {name}.pt this run"):
+            copy.load(name)
+    assert copy.load("step_2.pt")[0]["own_checkpoint"] is True
 
 
 @pytest.mark.parametrize(

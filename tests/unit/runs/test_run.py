@@ -37,6 +37,15 @@ def test_an_evaluation_of_best_is_current_while_best_pt_is_unchanged(tmp_path):
     assert not run.is_current(scores)
 
 
+def test_an_evaluation_of_last_pt_is_current_only_at_the_last_step(tmp_path):
+    run = Run(tmp_path)
+    run.write_metrics({"steps": 100})
+    scores = {"step": 60, "checkpoint_file": "last.pt"}
+    scores["checkpoint_sha256"] = fake_checkpoint(run, "last", b"weights of step 60")
+    assert not run.is_current(scores)  # step 60's file copied over last.pt (probe b-2)
+    assert run.is_current({**scores, "step": 100})
+
+
 def test_without_the_scored_file_an_evaluation_is_current_at_the_last_step(tmp_path):
     run = Run(tmp_path)  # a record keeps no checkpoints
     run.write_metrics({"steps": 100})

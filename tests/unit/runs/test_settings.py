@@ -66,6 +66,9 @@ def test_a_non_finite_setting_is_one_line_naming_the_key(override, key):
         (["+data.path=/a"], "data.path: this corpus (data.toy.toy_corpus) reads no data.path "
          "(the data configs that do: data=multi30k or data=wmt14_en_de)"),
         (["+data.corpus.size=5"], "data.corpus.size: toy_corpus takes no size (it takes seed,"),
+        (["+trainer.foo=1"], "trainer.foo: train.py reads no such setting (configs/trainer/ "),
+        (["+optim.momentum=0.9"], "optim.momentum: train.py reads no such setting (configs/op"),
+        (["+model.foo=1"], "model.foo: Transformer takes no foo (it takes vocab_size"),  # 16-3
     ],
 )  # fmt: skip
 def test_a_setting_read_nowhere_is_one_line_naming_it(overrides, expected):
@@ -76,6 +79,24 @@ def test_a_setting_read_nowhere_is_one_line_naming_it(overrides, expected):
         check_training_settings(compose_config([f"position={name}"]))  # each group is read
     for name in ("toy", "multi30k", "wmt14_en_de"):  # (text's files are ??? until given)
         check_training_settings(compose_config([f"data={name}"]))  # and each corpus's keys
+
+
+@pytest.mark.parametrize("key", ["data.train_join_max=9", "data.train_join_seed=7"])
+def test_a_setting_read_only_under_another_is_refused_without_it(key, caplog):
+    """Probe 16-7, 16-8: the joined-lines settings without data.train_join_share trained
+    without them and were recorded; 16-10: model.max_positions beside sinusoids is warned of
+    (a sweep over encodings shares it)."""
+    cfg = compose_config(["experiment=quickstart", key])
+    with pytest.raises(SettingError, match=f"^{key.split('=')[0]}: read only with data.train_j"):
+        check_training_settings(cfg, [key])
+    check_training_settings(compose_config(["data.train_join_share=0.2", key]), [key])
+    check_training_settings(cfg)  # set by a config file (a study's condition), not refused
+    check_training_settings(compose_config(["model.max_positions=8"]), ["model.max_positions=8"])
+    assert "model.max_positions is read only with a learned position table" in caplog.text
+    caplog.clear()
+    learned = compose_config(["position=learned", "model.max_positions=8"])
+    check_training_settings(learned, ["model.max_positions=8"])
+    assert "read only" not in caplog.text
 
 
 def test_every_experiment_passes_with_a_step_budget_and_no_minute_budget():

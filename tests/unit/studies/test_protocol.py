@@ -159,6 +159,16 @@ def test_a_final_seed_count_of_an_unknown_variant_names_its_key(tmp_path):
     assert str(info.value).startswith(f"{path}: final.seeds_by_variant.t5: not in variants (")
 
 
+def test_a_study_file_that_is_no_yaml_mapping_is_one_line_naming_the_line(tmp_path):
+    """Fourth outside probe f-3: a variant given twice was a yaml ConstructorError traceback."""
+    path = tmp_path / "twice.yaml"
+    text = (ROOT / "configs" / "study" / "pe_multi30k_fr.yaml").read_text(encoding="utf-8")
+    path.write_text(text.replace("variants:\n", "variants:\n  rope: {}\n", 1), encoding="utf-8")
+    with pytest.raises(StudyConfigError) as info:
+        load_study(str(path))
+    assert str(info.value).startswith(f"{path}: line ") and "duplicate key rope" in str(info.value)
+
+
 def test_an_unknown_study_name_lists_the_known_ones():
     with pytest.raises(StudyConfigError, match=r"no file .*; pass one of .*pe_multi30k_fr"):
         load_study("no_such_study")
@@ -177,6 +187,7 @@ def test_the_schema_reference_is_generated_from_the_schema():
         (["data.pth=x"], "data.pth=x: does not compose"),
         (["seed=3"], "seed is set by the study"),
         (["data.tgt_lang=de"], "study pe_multi30k_fr declares data.tgt_lang=fr itself"),  # g-24
+        (["+optim.momentum=0.9"], r"optim.momentum: train.py reads no such setting"),  # f-9
     ],
 )
 def test_overrides_of_every_run_are_checked_before_anything_trains(overrides, named):
