@@ -41,8 +41,8 @@ def export_ctranslate2(
         what = "is not empty" if out.is_dir() else "is a file"
         raise CTranslate2ExportError(f"--out {out} exists and {what}: pass a new folder")
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")  # first: what is wrong (13-4)
     check_own_weights(state, checkpoint, run_dir, CTranslate2ExportError)
-    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:  # written beside out and renamed into place once complete: never a partial out
         with staged_folder(out) as staging:

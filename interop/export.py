@@ -105,8 +105,8 @@ def export_hf(
             "least 2 (default 1024)"
         )
     state, tag = load_run(Path(run_dir), checkpoint)
+    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")  # first: what is wrong (13-3)
     check_own_weights(state, checkpoint, run_dir, ExportError)
-    check_finite_weights(state, f"checkpoint {tag} of {run_dir}")
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
     try:
         check_mappable(model)
@@ -155,7 +155,9 @@ def foreign_because(state: dict, run: Run) -> str:
         return f"tokenizer sha256 {tokenizers[1]}, {last} has {tokenizers[0]}"
     refused, _ = setting_differences(ours.get("config") or {}, state.get("config") or {})
     shown = "; ".join(refused[:4]) + (f" and {len(refused) - 4} more" if len(refused) > 4 else "")
-    return f"trained unlike {last}: {shown or 'other settings'}"
+    if not refused:  # its settings are the run's: its content is what the run never wrote
+        return f"content the run's {run.segments_file.name} does not record writing"
+    return f"trained unlike {last}: {shown}"
 
 
 def weights_record(state: dict) -> dict:

@@ -218,12 +218,17 @@ def check_sweep_values(overrides: list[str]) -> None:
     for override in OverridesParser.create().parse_overrides(overrides):
         if not override.is_sweep_override() or isinstance(override.value(), Glob):
             continue
-        values = [str(value) for value in override.sweep_iterator()]
-        twice = sorted({value for value in values if values.count(value) > 1})
+        values = list(override.sweep_iterator())
+        keys = [  # by value: 1 and 1.0 are one setting (probe j-3)
+            repr(float(v)) if isinstance(v, int | float) and not isinstance(v, bool) else str(v)
+            for v in values
+        ]
+        pairs = zip(values, keys, strict=True)
+        twice = list(dict.fromkeys(str(v) for v, k in pairs if keys.count(k) > 1))
         if twice:
             raise UserError(
-                f"{override.input_line}: names {', '.join(twice)} more than once, and each value "
-                "is a run of its own (one folder): pass each value once"
+                f"{override.input_line}: names one value more than once ({', '.join(twice)}), and "
+                "each value is a run of its own: pass each value once"
             )
 
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
-from runs.record import current_launches, read_segments, record_events_file
+from common.files import file_sha256
+from runs.record import SEGMENTS_FILE, current_launches, read_segments, record_events_file
+from runs.run import RunFileError
 
 SEGMENT_SUFFIX = ".segment-"  # a launch's events file ends .segment-<n>-<its launch id>
 
@@ -40,6 +42,8 @@ def launch_files(run_dir: Path) -> list[Path]:
     if not any(SEGMENT_SUFFIX in path.name for path in files):
         return files
     kept = current_launches(read_segments(run_dir))
+    for segment in kept:
+        check_events_file(run_dir, segment)
     named = {s["events_file"] for s in kept if s.get("events_file")}
     ours = {launch_suffix(s) for s in kept if "launch" in s and not s.get("events_file")}
     older = any("launch" not in s for s in kept)  # a run resumed across the change
@@ -50,6 +54,26 @@ def launch_files(run_dir: Path) -> list[Path]:
         or any(path.name.endswith(suffix) for suffix in ours)
         or (older and SEGMENT_SUFFIX not in path.name)
     ]
+
+
+def check_events_file(run_dir: Path, segment: dict) -> None:
+    """RunFileError where the events file a launch's entry names is not the one it wrote: not
+    named with its launch id, or changed since the launch ended (probe 8-2, 8-3)."""
+    name, recorded = segment.get("events_file"), segment.get("events_sha256")
+    if not name:
+        return
+    path = run_dir / "tensorboard" / name
+    if not name.endswith(launch_suffix(segment)):
+        raise RunFileError(
+            f"{run_dir / SEGMENTS_FILE}: segment {segment['segment']} names {name}, which is "
+            "not named for its launch: restore that record"
+        )
+    if recorded and path.is_file() and file_sha256(path) != recorded:
+        raise RunFileError(
+            f"{path} is not the events file its launch wrote (its sha256 differs from the one "
+            f"{SEGMENTS_FILE} recorded when the launch ended): restore it, or remove it (the "
+            "run's curve then lacks that launch)"
+        )
 
 
 def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from common.errors import UserError
-from common.files import write_json
+from common.files import file_sha256, write_json
 
 SEGMENTS_FILE = "segments.json"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -80,6 +80,7 @@ def well_formed(segment) -> bool:
     return (
         all(step is None or type(step) is int for step in steps)
         and isinstance(segment.get("events_file") or "", str)
+        and isinstance(segment.get("events_sha256") or "", str)
         and isinstance(entries, list)
         and all(
             isinstance(e, dict) and type(e.get("step")) is int
@@ -146,11 +147,17 @@ def start_segment(
 def end_segment(
     run_dir: str | Path, index: int, end_step: int, wall_seconds: float, outcome: str
 ) -> None:
-    """Complete segment index's entry: the step it reached, its time, how it ended."""
+    """Complete segment index's entry: the step it reached, its time, how it ended, and the
+    sha256 of its events file as it ends (runs/events.py: another file under its name is not
+    its curve)."""
     record = read_record(run_dir)
-    record["segments"][index].update(
+    segment = record["segments"][index]
+    segment.update(
         ended=_now(), end_step=end_step, wall_seconds=round(wall_seconds, 1), outcome=outcome
     )
+    events = Path(run_dir) / "tensorboard" / str(segment.get("events_file"))
+    if segment.get("events_file") and events.is_file():
+        segment["events_sha256"] = file_sha256(events)
     write_json(Path(run_dir) / SEGMENTS_FILE, record)
 
 

@@ -546,8 +546,10 @@ def search_settings(scores: dict) -> dict:
     """
     keys = {"engine": "ours", "beam": None, "lenpen": None, "max_len_b": None, "min_len": 0}
     keys["position_override"] = {}  # inference-only position settings (none before it existed)
-    keys["precision"] = "fp32"  # our search's arithmetic (all fp32 before it was recorded)
-    return {key: scores.get(key, default) for key, default in keys.items()}
+    settings = {key: scores.get(key, default) for key, default in keys.items()}
+    if scores.get("precision") not in (None, "fp32"):  # fp32 said by silence, as before it was
+        settings["precision"] = scores["precision"]  # kept (CTranslate2's: its compute type)
+    return settings
 
 
 def _checked(state, source) -> dict:

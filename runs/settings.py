@@ -30,8 +30,8 @@ def _check(key: str, value, minimum: float, optional: bool, integer: bool, hint:
     """SettingError unless value (or None when optional) is a number >= minimum."""
     if value is None and optional:
         return
-    try:
-        number = float(value)
+    try:  # a string is no number, even one that reads as one (`seed=01`: probe j-1)
+        number = math.nan if isinstance(value, str | bool) else float(value)
     except (TypeError, ValueError):
         number = math.nan
     whole = not integer or (math.isfinite(number) and number == int(number))

@@ -274,11 +274,13 @@ def check_names(path: Path, study: StudySpec) -> None:
                 f"{path}: final.seeds_by_variant.{value}: not in variants "
                 f"({', '.join(study.variants)})"
             )
-    for baseline in study.statistics.baselines:
+    for i, baseline in enumerate(study.statistics.baselines):
         if baseline not in study.variants:
             raise StudyConfigError(
                 f"{path}: statistics.baselines: {baseline} is not one of the variants"
             )
+        if baseline in study.statistics.baselines[:i]:  # each comparison once (probe f-5)
+            raise StudyConfigError(f"{path}: statistics.baselines: {baseline} is given twice")
 
 
 def refuse_problems(path: Path, problems: list[tuple[str, object, bool, str]]) -> None:

@@ -786,6 +786,7 @@ class Launch:
     def end_interrupted(self, interrupted: TrainingInterrupted) -> None:
         """segments.json: this segment ended on a signal, at its step, with its checkpoint."""
         seconds = self.progress.minutes() * 60
+        self.writer.flush()  # its events file as it ends: end_segment records its sha256
         end_segment(self.cfg.run_dir, self.segment, interrupted.step, seconds, interrupted.outcome)
 
 
@@ -904,8 +905,8 @@ def end_launch(launch: Launch, outcome: str, precision: str) -> dict:
     run_dir = Path(cfg.run_dir)
     if state.rank == 0:
         Run(run_dir).write_metrics(metrics)
+        launch.writer.close()  # its events file complete: end_segment records its sha256
         end_segment(run_dir, launch.segment, state.step, progress.minutes() * 60, outcome)
-        launch.writer.close()
         log.info(f"run directory: {run_dir}")
     if state.world > 1:
         dist.destroy_process_group()

@@ -192,8 +192,8 @@ def test_a_sweep_naming_a_value_twice_is_one_line_and_makes_no_folder(tmp_path, 
     lines = [line for line in err.splitlines() if line.strip()]
     assert proc.returncode == 1 and "Traceback" not in err, err[-3000:]
     assert lines == [
-        "error: seed=2,1,2: names 2 more than once, and each value is a run of its own (one "
-        "folder): pass each value once"
+        "error: seed=2,1,2: names one value more than once (2), and each value is a run of "
+        "its own: pass each value once"
     ]
     assert not sweep.exists()
 

@@ -550,10 +550,16 @@ def test_evaluations_of_different_checkpoints_under_one_name_are_not_pooled(
     for position in ("SinusoidalPositionEncoding", "LearnedPositionEncoding"):
         for seed in (1, 2):
             run, _, scores, _ = make_run(tmp_path / "runs", position, seed, toy_validation)
-            scores["checkpoint"] = "step_10" if (position, seed) == (position, 2) else "last"
+            scores["checkpoint"] = "step_10" if seed == 2 else "last"
             (run / "eval" / f"{TABLE3}.json").write_text(json.dumps(scores))
     err = error_of(capsys, tmp_path / "runs", "--resamples", "0", "--out", tmp_path / "o")
     assert 'were scored with different checkpoints (checkpoint: "last" vs "step_10")' in err
+    for path in (tmp_path / "runs").glob(f"*/eval/{TABLE3}.json"):  # probe d-2: one in bf16
+        scores = json.loads(path.read_text()) | {"checkpoint": "last"}
+        scores["precision"] = "bf16" if "seed=2" in str(path) else "fp32"
+        path.write_text(json.dumps(scores))
+    err = error_of(capsys, tmp_path / "runs", "--resamples", "0", "--out", tmp_path / "o")
+    assert 'different search settings (precision: (absent) vs "bf16")' in err
 
 
 def test_a_record_and_its_longer_training_are_one_run_and_a_record_is_not_scored(

@@ -217,3 +217,19 @@ def test_a_checkpoint_without_the_checksum_loads_only_with_the_keys_older_ones_h
     torch.save(fake_state(1) | {"corpus": {"pairs": 3}}, newer)  # a newer key, no checksum
     with pytest.raises(CheckpointError, match=r"newer.pt is corrupt.*'corpus'"):
         load_checkpoint(newer)
+
+
+def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(tmp_path):
+    """Probe 14-8: a kill mid-save left `.avg.pt.*.tmp` beside --out for good; its name now
+    says whose it is, and the next save of that file removes those whose writer is gone."""
+    import os
+    import socket
+
+    host = socket.gethostname()
+    dead = tmp_path / f".avg.pt.{host}@999999999.x1.tmp"  # no such process
+    live = tmp_path / f".avg.pt.{host}@{os.getpid()}.x2.tmp"
+    other = tmp_path / ".avg.pt.elsewhere@1.x3.tmp"
+    for path in (dead, live, other):
+        path.write_bytes(b"half a checkpoint")
+    save_checkpoint(fake_state(1), tmp_path / "avg.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["avg.pt", live.name, other.name])

@@ -3,6 +3,7 @@
 import json
 import shutil
 
+from runs.checkpoint import load_checkpoint, save_checkpoint
 from runs.events import read_scalars
 from tests.conftest import compose_config, tiny_run_overrides
 
@@ -53,8 +54,13 @@ def test_a_run_resumed_across_the_change_keeps_its_earlier_launchs_events(tmp_pa
     run = tmp_path / "run"
     train_tiny(run, cache_dir, 4, 2)
     record = json.loads((run / "segments.json").read_text())
-    del record["segments"][0]["launch"]  # as the first launch recorded it then
+    for key in ("launch", "events_file", "events_sha256", "checkpoints"):
+        del record["segments"][0][key]  # as the first launch recorded it then
     (run / "segments.json").write_text(json.dumps(record))
+    for path in (run / "checkpoints").glob("*.pt"):  # and wrote its checkpoints
+        state = load_checkpoint(path)
+        del state["file"], state["launch"]
+        save_checkpoint(state, path)
     for path in (run / "tensorboard").glob("*.segment-*"):
         path.rename(path.with_name(path.name.split(".segment-")[0]))  # and named its file
     train_tiny(run, cache_dir, 8, 2)  # resumed from step 4
@@ -73,3 +79,26 @@ def test_another_runs_events_renamed_as_this_launchs_are_not_read(tmp_path, cach
     suffix = mine.name[mine.name.index(".segment-") :]
     shutil.copy(theirs, run / "tensorboard" / f"events.out.tfevents.1796657999.vm.99999.0{suffix}")
     assert sorted(read_scalars(run)["dev/ppl"]) == sorted(own) == [2, 4]  # was [2, 4, 8]
+
+
+def test_another_runs_events_under_this_launchs_recorded_name_are_refused(tmp_path, cache_dir):
+    """Probe 8-2: another run's events file copied over this launch's (its very name) became
+    the run's curve; 8-3: the record edited to name another file."""
+    import pytest
+
+    from runs.run import RunFileError
+
+    other, run = tmp_path / "other", tmp_path / "run"
+    train_tiny(other, cache_dir, 8, 4)
+    train_tiny(run, cache_dir, 4, 2)
+    (mine,) = (run / "tensorboard").iterdir()
+    (theirs,) = (other / "tensorboard").iterdir()
+    shutil.copy(theirs, mine)
+    with pytest.raises(RunFileError, match="is not the events file its launch wrote"):
+        read_scalars(run)
+    shutil.copy(theirs, run / "tensorboard" / theirs.name)
+    record = json.loads((run / "segments.json").read_text())
+    record["segments"][0]["events_file"] = theirs.name
+    (run / "segments.json").write_text(json.dumps(record))
+    with pytest.raises(RunFileError, match="which is not named for its launch"):
+        read_scalars(run)

@@ -99,6 +99,12 @@ def test_a_setting_read_only_under_another_is_refused_without_it(key, caplog):
     assert "read only" not in caplog.text
 
 
+def test_a_number_given_as_a_string_is_refused():
+    """Probe j-1: `seed=01` (a string to Hydra) passed, then failed in torch.manual_seed."""
+    with pytest.raises(SettingError, match=r"^seed=01: pass a whole number"):
+        check_training_settings(compose_config(["experiment=quickstart", "seed=01"]))
+
+
 def test_every_experiment_passes_with_a_step_budget_and_no_minute_budget():
     """Experiments compare like with like: load may change a run's wall time, never its steps."""
     experiments = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))

@@ -169,6 +169,14 @@ def test_a_study_file_that_is_no_yaml_mapping_is_one_line_naming_the_line(tmp_pa
     assert str(info.value).startswith(f"{path}: line ") and "duplicate key rope" in str(info.value)
 
 
+def test_a_baseline_given_twice_is_refused(tmp_path):
+    """Probe f-5, f-14: `baselines: [sinusoidal, sinusoidal]` put each comparison in the answer
+    (and its Holm family) twice."""
+    path = write_fr_copy(tmp_path, "statistics.baselines", ["sinusoidal", "sinusoidal"])
+    with pytest.raises(StudyConfigError, match=r"statistics.baselines: sinusoidal is given twice"):
+        load_study(str(path))
+
+
 def test_an_unknown_study_name_lists_the_known_ones():
     with pytest.raises(StudyConfigError, match=r"no file .*; pass one of .*pe_multi30k_fr"):
         load_study("no_such_study")
