@@ -99,10 +99,14 @@ def test_weights_holding_nan_are_not_exported(bad, tmp_path, exporter):
     state.pop("file")
     state["model"]["embedding.weight"][5, 3] = float("nan")
     Run(run_dir).save_checkpoint(state, "last")  # as a diverging run writes it: recorded
+    state["model"]["embedding.weight"][6, 3] = float("inf")  # by hand, beside it (13-3, 13-4)
+    save_checkpoint(state, tmp_path / "nan.pt")
     out = tmp_path / "exports" / exporter
     export = export_hf if exporter == "marian" else export_ctranslate2
     with pytest.raises(CheckpointError, match=r"checkpoint last of .* NaN or infinity \(embed"):
         export(run_dir, out)
+    with pytest.raises(CheckpointError, match=r"NaN or infinity \(embed"):  # not "another run's"
+        export(run_dir, out, checkpoint=str(tmp_path / "nan.pt"))
     assert not (tmp_path / "exports").exists()
 
 
