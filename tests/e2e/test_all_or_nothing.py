@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import common.files
 import interop.export
@@ -184,14 +185,19 @@ def test_a_kill_between_the_renames_leaves_a_refused_pair_and_the_rerun_cleans_u
     evaluate(eval_config(run_dir, *few_lines(bad), "name=k", "nbest=2", "beam=2"))
     json_file, hyp_file = run_dir / "eval" / "k.json", run_dir / "eval" / "k.hyp"
     before, hyps_before = json_file.read_bytes(), hyp_file.read_bytes()
-    done = subprocess.run(
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    del state["file"]
+    torch.manual_seed(0)  # newer weights, as the run would write them training on
+    state["model"] = {k: v + 0.5 * torch.randn_like(v) for k, v in state["model"].items()}
+    Run(run_dir).save_checkpoint(state, "last")  # (the same settings: the same name may be
+    done = subprocess.run(  # rewritten; other settings are refused)
         [sys.executable, "-c", KILLED_BETWEEN_RENAMES, f"run_dir={run_dir}", *few_lines(bad),
-         "name=k", "nbest=2", "beam=3"],
+         "name=k", "nbest=2", "beam=2"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == -9, done.stderr[-2000:]
     assert json_file.read_bytes() == before
-    if hyp_file.read_bytes() != hyps_before:  # beam 3 searched other lines than beam 2
+    if hyp_file.read_bytes() != hyps_before:  # the newer weights translated otherwise
         with pytest.raises(UserError, match=r"k.hyp is not the file its evaluation wrote"):
             Run(run_dir).hypotheses(json.loads(before), "evaluate again")
     evaluate(eval_config(run_dir, *few_lines(bad), "name=k", "nbest=2", "beam=2"))
