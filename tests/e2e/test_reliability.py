@@ -794,7 +794,7 @@ def test_hydra_full_error_shows_the_traceback(bad, tmp_path):
 
 
 def test_a_genuine_bug_keeps_its_traceback(bad, tmp_path):
-    bug = "import runs.settings as m\nm.check_training_settings = lambda cfg: 1 / 0"
+    bug = "import runs.settings as m\nm.check_training_settings = lambda cfg, *more: 1 / 0"
     overrides = [*text_overrides(bad), f"hydra.run.dir={tmp_path / 'run'}"]
     result = run_cli("train.py", overrides, prelude=bug)
     assert result.returncode != 0
