@@ -110,25 +110,27 @@ def write_text(path: str | Path, text: str) -> None:
     write_texts({Path(path): text})
 
 
-def staging_prefix(out: Path) -> str:
-    """A staging folder's name up to its random part: its writer's host and process id in it,
-    so a folder a kill left at any moment names its writer (probe 14-2: a file inside it could
-    be gone at the swap)."""
-    return f".{out.name}.{socket.gethostname()}@{os.getpid()}."
+STAGING_SUFFIX = ".partial"  # a folder filled beside its out (staged_folder)
 
 
-def stale_stagings(out: Path) -> list[Path]:
-    """The staging folders of out that a killed call on this machine left (the writer its name
-    names is gone); another machine's, or a live writer's, are left alone."""
-    named = re.compile(rf"^\.{re.escape(out.name)}\.(?P<host>.+)@(?P<pid>\d+)\.[^.]+\.partial$")
-    stale = []
-    for folder in out.parent.glob(f".{glob.escape(out.name)}.*.partial"):
-        found = named.match(folder.name)
-        if found is None:
-            continue  # not a staging folder this code named
-        if found["host"] == socket.gethostname() and not process_alive(int(found["pid"])):
-            stale.append(folder)
-    return stale
+def writer_prefix(path: Path) -> str:
+    """The name of a temporary file or folder for path up to its random part: its writer's host
+    and process id in it, so whatever a kill left at any moment names its writer (probe 14-2:
+    an owner file inside a staging folder could be gone at the swap; 14-8)."""
+    return f".{path.name}.{socket.gethostname()}@{os.getpid()}."
+
+
+def left_by_dead_writers(path: Path, suffix: str) -> list[Path]:
+    """The temporaries of path (writer_prefix, then suffix) that a killed writer on this machine
+    left: the process their name names is gone; another machine's, or a live writer's, stay."""
+    end = re.escape(suffix)
+    named = re.compile(rf"^\.{re.escape(path.name)}\.(?P<host>.+)@(?P<pid>\d+)\.[^.]+{end}$")
+    found = [named.match(p.name) for p in path.parent.glob(f".{glob.escape(path.name)}.*")]
+    return [
+        path.parent / m.group(0)
+        for m in found
+        if m and m["host"] == socket.gethostname() and not process_alive(int(m["pid"]))
+    ]
 
 
 def process_alive(pid: int) -> bool:
@@ -155,9 +157,11 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
         raise UserError(f"{out} is a file: pass a folder (new, or one this command wrote)")
     made = missing_folders(out.parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in stale_stagings(out):
+    for stale in left_by_dead_writers(out, STAGING_SUFFIX):
         shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=staging_prefix(out), suffix=".partial"))
+    staging = Path(
+        tempfile.mkdtemp(dir=out.parent, prefix=writer_prefix(out), suffix=STAGING_SUFFIX)
+    )
     try:
         os.chmod(staging, new_folder_mode())
         yield staging

@@ -8,18 +8,16 @@ flipped) file is refused like a truncated one. Checkpoints written before the ch
 they are, if they hold only the keys such checkpoints had (PRE_CHECKSUM_KEYS).
 """
 
-import glob
 import hashlib
 import os
 import re
-import socket
 import tempfile
 from pathlib import Path
 
 import torch
 
 from common.errors import NO_SPACE, UserError, os_error_in
-from common.files import process_alive
+from common.files import left_by_dead_writers, writer_prefix
 from runs.resume import setting_differences
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
@@ -83,10 +81,9 @@ def save_checkpoint(state: dict, path: str | Path, checksum: str | None = None) 
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in stale_temporaries(path):  # a killed writer's (probe 14-8)
+    for stale in left_by_dead_writers(path, TEMP_SUFFIX):  # a killed writer's (probe 14-8)
         stale.unlink(missing_ok=True)
-    prefix = f".{path.name}.{socket.gethostname()}@{os.getpid()}."  # names its writer
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=TEMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=writer_prefix(path), suffix=TEMP_SUFFIX)
     try:
         umask = os.umask(0o022)
         os.umask(umask)
@@ -116,19 +113,6 @@ def save_checkpoint(state: dict, path: str | Path, checksum: str | None = None) 
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def stale_temporaries(path: Path) -> list[Path]:
-    """The temporary files of path that a killed save_checkpoint on this machine left (the
-    writer its name names is gone); a live writer's, or another machine's, are left alone."""
-    end = re.escape(TEMP_SUFFIX)
-    named = re.compile(rf"^\.{re.escape(path.name)}\.(?P<host>.+)@(?P<pid>\d+)\.[^.]+{end}$")
-    found = [named.match(p.name) for p in path.parent.glob(f".{glob.escape(path.name)}.*")]
-    return [
-        path.parent / m.group(0)
-        for m in found
-        if m and m["host"] == socket.gethostname() and not process_alive(int(m["pid"]))
-    ]
 
 
 def load_checkpoint(path: str | Path) -> dict:
