@@ -7,7 +7,7 @@ parses the config, runs it and prints the scores. See that module for what is wr
 import json
 import sys
 
-from common.errors import quiet_start, started
+from common.errors import quiet_start, run_entry, started
 
 quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 130
 
@@ -54,4 +54,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_entry(
+        main,
+        "configs/evaluate.yaml (python evaluate.py --help); "
+        "a run's training settings are read from its folder",
+    )

@@ -7,7 +7,7 @@ SLURM task's ranks under the submitit launcher, and turns a signal into its exit
 import os
 import sys
 
-from common.errors import quiet_start, started
+from common.errors import quiet_start, run_entry, started
 
 quiet_start(__name__)  # Ctrl-C while the imports below load: one line, status 130
 
@@ -41,4 +41,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_entry(main, "configs/train.yaml and its groups (python train.py --help)")

@@ -121,6 +121,45 @@ def quiet_start(name: str) -> None:
 
 
 def started() -> None:
-    """Give Ctrl-C back its KeyboardInterrupt (what quiet_start replaced)."""
+    """Give Ctrl-C back its KeyboardInterrupt (what quiet_start replaced), and Hydra its own
+    error printing (what run_entry replaced while the config was composed)."""
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if _RAISING_WHILE_COMPOSING[0]:
+        _RAISING_WHILE_COMPOSING[0] = False
+        os.environ.pop("HYDRA_FULL_ERROR", None)  # the job's own errors: as Hydra prints them
+
+
+# Whether run_entry set HYDRA_FULL_ERROR (a list: set by one function, cleared by another)
+_RAISING_WHILE_COMPOSING = [False]
+
+
+def run_entry(main: Callable[[], None], keys: str) -> None:
+    """Run a @hydra.main entry point; a command line Hydra cannot compose (a key the config
+    lacks, a group option that does not exist, an override it cannot parse) is one `error:`
+    line naming where the keys are, exit 1, not Hydra's several lines (whose advice, append
+    with `+`, leads to keys the code does not read and refuses). keys: where the keys are."""
+    from hydra.errors import HydraException  # deferred: hydra loads after quiet_start() runs
+
+    if "HYDRA_FULL_ERROR" not in os.environ:  # the user's own setting: Hydra's full error
+        # Hydra raises, instead of printing, what fails before the job starts; started() unsets it
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        _RAISING_WHILE_COMPOSING[0] = True
+    try:
+        main()
+    except HydraException as e:
+        if not _RAISING_WHILE_COMPOSING[0]:
+            raise  # the user's HYDRA_FULL_ERROR, or (not expected) raised after the job began
+        print(f"error: {_composition_error(e)}; the keys: {keys}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _composition_error(error: Exception) -> str:
+    """Hydra's composition error in one line, without its advice to append the key with `+`."""
+    if key := re.match(r"Could not override '([^']+)'", str(error)):
+        cause = f" ({first_line(error.__cause__)})" if error.__cause__ is not None else ""
+        return f"{key.group(1)}: not a key this command takes{cause}"
+    # e.g. "In 'train': Could not find 'model/foo'\n\nAvailable options in 'model': ...": the
+    # options, not the config search path Hydra lists after them
+    message = str(error).split("Config search path")[0]
+    return " ".join(message.split()).replace("Available options", "available options")

@@ -271,6 +271,25 @@ def test_evaluate_user_errors_are_one_line_on_the_command_line(bad_eval, tmp_pat
         assert lines[-1].startswith("error: ") and expected[0] in lines[-1], result.stderr
 
 
+@pytest.mark.parametrize(
+    "script, overrides, named",
+    [
+        ("train.py", ["model.foo=1"], "model.foo: not a key"),
+        ("train.py", ["foo=1"], "foo: not a key"),
+        ("train.py", ["model=foo"], "Could not find 'model/foo' available options in 'model':"),
+        ("evaluate.py", ["run_dir=x", "data.vocab_size=100"], "data.vocab_size: not a key"),
+    ],
+)
+def test_a_command_line_hydra_cannot_compose_is_one_line(script, overrides, named, tmp_path):
+    """Hydra's several lines (and its advice to append the key with `+`) become one."""
+    result = run_cli(script, [*overrides, f"hydra.run.dir={tmp_path / 'run'}"])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and named in lines[0] and "+" not in lines[0], lines
+    assert f"configs/{script.replace('.py', '.yaml')}" in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
 # --- train.py: settings refused in one line, and effective_tokens=null as documented -----------
 
 
