@@ -49,6 +49,8 @@ from typing import NamedTuple
 
 import datasets
 
+from common.errors import DataError
+
 SPLIT_LENGTHS: dict[str, tuple[int, int]] = {
     "train": (3, 24),
     "validation": (3, 24),
@@ -682,6 +684,10 @@ def toy_pairs(
         "validation": validation_size,
         "train": train_size,
     }
+    for split, size in sizes.items():  # a negative size would draw nothing, and say nothing
+        least = 1 if split in ("train", "validation") else 0
+        if isinstance(size, bool) or not isinstance(size, int) or size < least:
+            raise DataError(f"data.corpus.{split}_size={size}: pass a whole number >= {least}")
     seen: set[str] = set()
     pairs = {}
     for split, size in sizes.items():

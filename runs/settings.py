@@ -63,6 +63,7 @@ RANGES = {
     "data.vocab_size": (5, False, True, "subwords, the 4 special ids included"),
     "data.max_len": (2, False, True, "subwords + EOS a training side may hold"),
     "data.tokenizer_sample": (1, False, True, "sentences the tokenizer learns from"),
+    "data.tokenizer_seed": (0, True, True, "the seed of the tokenizer's sample; null: 0"),
     "model.d_model": (1, False, True, "the paper: 512"),
     "model.n_heads": (1, False, True, "the paper: 8"),
     "model.n_encoder_layers": (1, False, True, "the paper: 6"),

@@ -51,6 +51,7 @@ SETTINGS = {
     "data.max_len=0": ["data.max_len=0", ">= 2"],
     "data.max_len=abc": ["data.max_len=abc"],
     "data.tokenizer_sample=0": ["data.tokenizer_sample=0"],
+    "data.tokenizer_seed=-1": ["data.tokenizer_seed=-1", "whole number >= 0"],  # probe 15-20
     "data.vocab_size=4": ["data.vocab_size=4", ">= 5"],
     "data.max_tokens=0": ["data.max_tokens=0"],
     "trainer.compile=maybe": ["trainer.compile=maybe", "true or false"],

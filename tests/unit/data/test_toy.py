@@ -8,6 +8,7 @@ import sys
 import datasets
 import pytest
 
+from common.errors import DataError
 from data.toy import (
     NP,
     PP,
@@ -106,6 +107,22 @@ def test_eval_splits_do_not_depend_on_train_size():
     large = toy_pairs(5, 3000, 50, 50, 50)
     for split in ("validation", "test", "test_long"):
         assert small[split] == large[split]
+
+
+@pytest.mark.parametrize(
+    "sizes, named",
+    [
+        ((-5, 50, 50, 50), "data.corpus.train_size=-5"),
+        ((100, 0, 50, 50), "data.corpus.validation_size=0"),
+        ((100, 50, -1, 50), "data.corpus.test_size=-1"),
+        ((100, 50, 50, 2.5), "data.corpus.test_long_size=2.5"),
+    ],
+)
+def test_a_split_size_out_of_range_is_one_line_naming_it(sizes, named):
+    """A negative size drew an empty split, then blamed the corpus's files (probe 15-19)."""
+    with pytest.raises(DataError, match="whole number") as raised:
+        toy_pairs(5, *sizes)
+    assert str(raised.value).startswith(named)
 
 
 def test_closed_vocabulary(corpus):
