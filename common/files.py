@@ -153,6 +153,11 @@ def staged_folder(out: Path, replace: bool = False) -> Iterator[Path]:
     inside the block (disk full, Ctrl-C) removes the temporary folder and the parents this
     made: out stays as it was.
     """
+    if out.is_symlink():  # swapped out as a link, then rmtree on it: a traceback (probe 1-11)
+        raise UserError(
+            f"{out} is a symbolic link: this command writes a folder of its own there; remove "
+            "the link (its target is left as it is) or pass another folder"
+        )
     if out.exists() and not out.is_dir():  # (probe 1-1: a raw rename error)
         raise UserError(f"{out} is a file: pass a folder (new, or one this command wrote)")
     made = missing_folders(out.parent)

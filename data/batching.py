@@ -124,6 +124,7 @@ class TokenBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        setting: str = "data.max_tokens",
     ) -> None:
         src = _as_lengths(src_lengths, "src_lengths")
         tgt = _as_lengths(tgt_lengths, "tgt_lengths")
@@ -131,7 +132,7 @@ class TokenBatchSampler(Sampler[list[int]]):
             raise ValueError(f"src_lengths has {len(src)} entries but tgt_lengths has {len(tgt)}")
         max_tokens = operator.index(max_tokens)
         if max_tokens < 1:
-            raise UserError(f"max_tokens={max_tokens}: pass a positive data.max_tokens")
+            raise UserError(f"{setting}={max_tokens}: pass a positive number")
         seed = operator.index(seed)
         if seed < 0:
             raise ValueError(f"seed must be non-negative, got {seed}")
@@ -145,9 +146,10 @@ class TokenBatchSampler(Sampler[list[int]]):
         if len(src) and int(longest.max()) > max_tokens:
             index = int(longest.argmax())
             side = "source" if src[index] >= tgt[index] else "target"
-            raise UserError(
-                f"max_tokens={max_tokens} is below the longest example ({int(longest[index])} "
-                f"{side} tokens, example {index}): raise data.max_tokens or lower data.max_len"
+            also = " or lower data.max_len" if setting == "data.max_tokens" else ""
+            raise UserError(  # setting: the key that set max_tokens (evaluate.py's: probe p-12)
+                f"{setting}={max_tokens} is below the longest example ({int(longest[index])} "
+                f"{side} tokens, example {index}): raise {setting}{also}"
             )
 
         self.src_lengths = src

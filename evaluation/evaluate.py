@@ -459,7 +459,7 @@ def reference_scores(model, tokenizer, srcs, hyps, refs, tgt_lang: str, cfg, dev
         "signature": str(metric.get_signature()),
         "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
         "tok_bleu": round(tokenized_bleu(hyps, refs, tgt_lang), 2),
-        "ppl": round(perplexity(model, src_ids, tgt_ids, cfg.max_tokens, device), 3),
+        "ppl": round(perplexity(model, src_ids, tgt_ids, cfg.max_tokens, device, "max_tokens"), 3),
         "by_length": bleu_by_length(srcs, hyps, refs),
     }
 

@@ -12,13 +12,18 @@ from data.tokenizer import BOS_ID, PAD_ID
 
 @torch.no_grad()
 def perplexity(
-    model, src_ids: list[list[int]], tgt_ids: list[list[int]], max_tokens: int, device
+    model,
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    max_tokens: int,
+    device,
+    setting: str = "data.max_tokens",
 ) -> float:
-    """exp(mean NLL per target subword, EOS included), teacher-forced, no label smoothing."""
+    """exp(mean NLL per target subword, EOS included), teacher-forced, no label smoothing;
+    setting: the key max_tokens came from (named if a pair does not fit)."""
     model.eval()
-    sampler = TokenBatchSampler(
-        [len(s) for s in src_ids], [len(t) for t in tgt_ids], max_tokens, shuffle=False
-    )
+    lengths = [len(s) for s in src_ids], [len(t) for t in tgt_ids]
+    sampler = TokenBatchSampler(*lengths, max_tokens, shuffle=False, setting=setting)
     nll, count = 0.0, 0
     with progress_bar(len(src_ids), "perplexity", "sent") as bar:  # on a terminal only
         for indices in sampler:

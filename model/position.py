@@ -395,6 +395,11 @@ class RotaryPositionEncoding(PositionEncoding):
                 f"position factor={self.factor} scales nothing without a scaling: pass "
                 "scaling=linear or scaling=ntk with it, or leave factor at 1"
             )
+        if factor == 1.0 and self.scaling is not None:  # named as scaled, unscaled (p-2, p-11)
+            raise PositionSettingError(
+                f"position scaling={self.scaling} with factor 1 scales nothing: pass a factor "
+                "above 1 with it, or leave scaling at null"
+            )
         self.factor = factor
 
     def apply_inference_settings(self, **settings) -> None:

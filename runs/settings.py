@@ -228,20 +228,36 @@ def _learned_table(cfg: DictConfig) -> bool:
 # Settings a run reads only under another: (key, whether this run reads it, what turns it on,
 # refused or only warned of: one model.max_positions for a sweep over encodings is a design).
 READ_ONLY_WITH = (
-    ("data.train_join_max", lambda cfg: cfg.data.get("train_join_share") is not None,
-     "data.train_join_share set", True),
-    ("data.train_join_seed", lambda cfg: cfg.data.get("train_join_share") is not None,
-     "data.train_join_share set", True),
+    ("data.train_join_max", lambda cfg: bool(cfg.data.get("train_join_share")),
+     "data.train_join_share above 0", True),
+    ("data.train_join_seed", lambda cfg: bool(cfg.data.get("train_join_share")),
+     "data.train_join_share above 0", True),
     ("model.max_positions", _learned_table, "a learned position table (position=learned or "
      "learned_shape; other encodings are computed at any position)", False),
 )  # fmt: skip
 
 
+# Settings that, given, leave another unread: (given, unread, why). `trainer.update_freq=2`
+# beside the config's effective_tokens trained 2 batches an update and logged the tokens' target
+# as if it counted (probe p-3): warned of, and the log names what governs; not refused, as a
+# config file may set both (the study's experiment does) and update_freq=1 is the tests' habit.
+MAKES_UNREAD = (
+    ("trainer.update_freq", "trainer.effective_tokens", "fixes the batches per update"),
+)
+
+
 def check_read_under(cfg: DictConfig, overrides: list[str] | None) -> None:
     """SettingError (or a warning) for a setting the command line gives that this run reads
     nowhere under its other settings (probe 16-7, 16-8, 16-10: trained without it, recorded as
-    if it counted)."""
+    if it counted); a warning for one that leaves a set one unread (MAKES_UNREAD)."""
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides or [] if "=" in o}
+    for key, unread, why in MAKES_UNREAD:
+        value, other = OmegaConf.select(cfg, key), OmegaConf.select(cfg, unread)
+        if key in given and value is not None and other is not None:
+            logging.getLogger("train").warning(
+                f"warning: {key}={value} {why}: {unread}={other} is not read (pass "
+                f"{unread}=null with it to say so)"
+            )
     for key, reads, turned_on_by, refused in READ_ONLY_WITH:
         if key in given and not reads(cfg):
             if refused:
@@ -321,14 +337,15 @@ def sinfo_gres(partition: str | None) -> list[str] | None:
     return done.stdout.split() if done.returncode == 0 and done.stdout.strip() else None
 
 
-def check_cluster_gpus(launcher: DictConfig, name: str | None, gres=sinfo_gres) -> None:
+def check_cluster_gpus(launcher: DictConfig, name: str | None, gres=None) -> None:
     """SettingError for a SLURM launcher asking for GPUs that no node of the cluster (or of its
-    partition) has: sbatch would refuse the sweep with a traceback after making its folder."""
+    partition) has: sbatch would refuse the sweep with a traceback after making its folder.
+    gres: what answers for the cluster (sinfo_gres, looked up when called)."""
     target = str(launcher.get("_target_") or "")
     if not target.endswith("SlurmLauncher") or not slurm_gpus_requested(launcher):
         return
     partition = launcher.get("partition")
-    found = gres(str(partition) if partition else None)
+    found = (gres or sinfo_gres)(str(partition) if partition else None)
     if found is None or any("gpu" in entry for entry in found):
         return
     where = f"partition {partition}" if partition else "node of this SLURM cluster"

@@ -25,13 +25,19 @@ from runs.checkpoint import (
 from runs.run import CHECKPOINTS, Run, training_file_name
 
 
-def checkpoints_to_average(run_dir: Path | None, last: int, inputs: list[Path]) -> list[Path]:
-    """The named inputs, or the last N step checkpoints of a run directory (oldest first)."""
+def checkpoints_to_average(
+    run_dir: Path | None, last: int | None, inputs: list[Path]
+) -> list[Path]:
+    """The named inputs, or the last N step checkpoints of a run directory (oldest first; N: 5
+    unless --last says)."""
     if bool(run_dir) == bool(inputs):
         raise CheckpointError("pass either checkpoint files or --run-dir DIR, not both or neither")
     if inputs:
+        if last is not None:  # read by nothing beside named files (probe p-16)
+            raise CheckpointError(f"--last {last} counts a --run-dir's step checkpoints: drop it")
         check_distinct(inputs)
         return inputs
+    last = 5 if last is None else last
     if last < 1:
         raise CheckpointError(f"--last {last}: pass a positive number of checkpoints")
     run = Run(run_dir)
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("inputs", nargs="*", type=Path, help="checkpoint files to average")
     parser.add_argument("--run-dir", type=Path, help="a training run directory")
     parser.add_argument(
-        "--last", type=int, default=5, help="with --run-dir: the last N step checkpoints"
+        "--last", type=int, help="with --run-dir: the last N step checkpoints (default 5)"
     )
     parser.add_argument("--out", type=Path, required=True, help="the averaged checkpoint file")
     args = parser.parse_args(argv)

@@ -285,7 +285,11 @@ def build_state(
     log.info(
         f"batch: {world} rank(s) x {plan.update_freq} batch(es) of <= {plan.max_tokens} tokens a "
         f"side = {plan.real_tokens:,.0f} real target tokens per update expected "
-        f"(trainer.effective_tokens={trainer.effective_tokens})"
+        + (
+            f"(trainer.update_freq={trainer.update_freq}: trainer.effective_tokens not read)"
+            if trainer.update_freq
+            else f"(trainer.effective_tokens={trainer.effective_tokens})"
+        )
     )
     sampler = TokenBatchSampler(
         src_lengths, tgt_lengths, plan.max_tokens, seed=cfg.seed, num_replicas=world, rank=rank

@@ -171,6 +171,17 @@ def test_averaging_refuses_one_file_named_twice(bad, tmp_path, capsys):
         assert err[-1].startswith("error: ") and "same file" in err[-1], err
 
 
+def test_averaging_refuses_last_beside_named_files(bad, tmp_path, capsys):
+    """Probe p-16: --last (read only with --run-dir) beside named files was ignored."""
+    steps = sorted((bad / "run" / "checkpoints").glob("step_*.pt"))
+    out = tmp_path / "avg.pt"
+    with pytest.raises(SystemExit) as raised:
+        average_main(["--out", str(out), "--last", "2", *map(str, steps)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert raised.value.code == 1 and not out.exists()
+    assert err[-1] == "error: --last 2 counts a --run-dir's step checkpoints: drop it", err
+
+
 # --- (10) benchmark.py decode on a run: counts checked -----------------------------------------
 
 
@@ -220,6 +231,10 @@ EVALUATE_CASES = {
         ["ctranslate2_compute_type=", "not supported on this cpu", "default"],
     ),
     "empty test split": (lambda b: ["split=test_empty"], ["split test_empty has no lines"]),
+    "max_tokens below a pair": (  # probe p-12: named training's data.max_tokens, data.max_len
+        lambda b: ["max_tokens=3"],
+        ["max_tokens=3 is below the longest example", "raise max_tokens"],
+    ),
     "over-long reference": (
         lambda b: [
             f"src_file={b / 'three.en'}",

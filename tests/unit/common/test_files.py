@@ -132,6 +132,21 @@ def test_a_file_given_as_the_folder_to_write_is_one_line_and_kept(tmp_path):
     assert notes.read_text() == "my notes\n" and sorted(tmp_path.iterdir()) == [notes]
 
 
+def test_a_link_given_as_the_folder_to_write_is_one_line_and_kept(tmp_path):
+    """Probe 1-11: a summary folder replaced by a link to a user's folder was swapped out,
+    then rmtree on the link: a traceback, the link left under a staging name."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes\n")
+    link = tmp_path / "summary"
+    link.symlink_to(mine)
+    with pytest.raises(UserError, match=r"summary is a symbolic link: this command writes"):
+        with replaced_folder(link):
+            pass
+    assert link.is_symlink() and (mine / "notes.txt").read_text() == "my notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "summary"]
+
+
 def test_a_full_disk_is_one_line_saying_what_to_do():
     rust = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
     error = write_failure(rust, "the export to out", "export again")

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from common.errors import UserError
 from evaluation.evaluate import evaluate
 from tests.conftest import ROOT, compose_config, tiny_run_overrides
 
@@ -40,10 +41,9 @@ def test_override_is_applied_recorded_and_leaves_the_checkpoint(rope_run):
     before = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
     plain = scores(rope_run, "name=plain")
     assert plain["position_override"] == {}
-    unit = scores(rope_run, "name=ntk1", "position_override.scaling=ntk")
-    assert unit["position_override"] == {"scaling": "ntk", "factor": 1.0}
-    assert hypotheses(unit) == hypotheses(plain)  # factor 1 is the unscaled model
-    assert unit["ppl"] == plain["ppl"]
+    with pytest.raises(UserError, match="scaling=ntk with factor 1 scales nothing"):
+        scores(rope_run, "name=ntk1", "position_override.scaling=ntk")  # probe p-11
+    assert not (rope_run / "eval" / "ntk1.json").exists()
     scaled = scores(
         rope_run, "name=ntk4", "position_override.scaling=linear", "position_override.factor=4"
     )
@@ -86,7 +86,11 @@ def test_an_override_never_takes_the_name_of_the_runs_own_evaluation(rope_run):
     "overrides",
     [
         ("name=validation-last-beam4",),  # beam 1 under a beam-4 name
-        ("name=validation-last-beam1", "position_override.scaling=linear"),  # the plain name
+        (
+            "name=validation-last-beam1",
+            "position_override.scaling=linear",
+            "position_override.factor=2",
+        ),  # the plain name
     ],
 )
 def test_a_default_name_other_settings_would_write_is_refused(rope_run, overrides):

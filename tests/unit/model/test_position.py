@@ -290,6 +290,10 @@ def test_inference_settings_are_checked_and_refused_one_line():
         build("rope", scaling="yarn")
     with pytest.raises(PositionSettingError, match="factor=4 scales nothing without a scaling"):
         build("rope", factor=4)  # probe 16-9: trained unscaled, factor 4 recorded
+    with pytest.raises(PositionSettingError, match="scaling=linear with factor 1 scales nothing"):
+        build("rope", scaling="linear")  # probe p-2: trained unscaled, recorded as linear
+    with pytest.raises(PositionSettingError, match="scaling=ntk with factor 1 scales nothing"):
+        build("rope").apply_inference_settings(scaling="ntk")  # p-11: named -ntk-factor1
 
 
 def test_each_yaml_names_its_own_class():

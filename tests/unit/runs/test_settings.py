@@ -90,6 +90,8 @@ def test_a_setting_read_only_under_another_is_refused_without_it(key, caplog):
     with pytest.raises(SettingError, match=f"^{key.split('=')[0]}: read only with data.train_j"):
         check_training_settings(cfg, [key])
     check_training_settings(compose_config(["data.train_join_share=0.2", key]), [key])
+    with pytest.raises(SettingError, match="read only with data.train_join_share above 0"):
+        check_training_settings(compose_config(["data.train_join_share=0", key]), [key])  # p-1
     check_training_settings(cfg)  # set by a config file (a study's condition), not refused
     check_training_settings(compose_config(["model.max_positions=8"]), ["model.max_positions=8"])
     assert "model.max_positions is read only with a learned position table" in caplog.text
@@ -97,6 +99,21 @@ def test_a_setting_read_only_under_another_is_refused_without_it(key, caplog):
     learned = compose_config(["position=learned", "model.max_positions=8"])
     check_training_settings(learned, ["model.max_positions=8"])
     assert "read only" not in caplog.text
+
+
+def test_a_setting_that_leaves_a_set_one_unread_is_warned_of(caplog):
+    """Probe p-3: `trainer.update_freq=2` beside the config's effective_tokens trained 2 batches
+    an update and logged the tokens' target as if it counted."""
+    given = ["trainer.update_freq=2"]
+    cfg = compose_config(["experiment=quickstart", *given])
+    check_training_settings(cfg, given)
+    warned = "trainer.update_freq=2 fixes the batches per update: trainer.effective_tokens=4096"
+    assert f"{warned} is not read" in caplog.text
+    caplog.clear()
+    check_training_settings(cfg)  # both set by config files (the study's experiment): no word
+    cfg = compose_config(["experiment=quickstart", *given, "trainer.effective_tokens=null"])
+    check_training_settings(cfg, [*given, "trainer.effective_tokens=null"])
+    assert "not read" not in caplog.text
 
 
 def test_a_number_given_as_a_string_is_refused():
