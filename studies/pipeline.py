@@ -145,6 +145,12 @@ class StudyRun:
         folder = record_dir(self.results, self.study, point)
         record = read_record(folder)
         if record is not None:
+            if record.steps != point.steps:  # a budget edited after its records (probe 17-5)
+                raise StudyError(
+                    f"{folder} holds a {record.steps:,}-step training, but the study declares "
+                    f"{point.steps:,} steps for {point.label}: move the {point.stage} records "
+                    f"away to train them again, or declare {record.steps:,} steps again"
+                )
             self.refuse_if_different(folder, point)
             return record
         run = work_dir(self.work, self.study, point)

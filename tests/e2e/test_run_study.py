@@ -260,6 +260,23 @@ def test_a_record_at_another_precision_is_not_this_studys_run(tiny_store, capsys
     assert tree_hash(folder / "results") == before
 
 
+def test_a_budget_declared_anew_after_its_records_is_refused(tiny_store, tmp_path, capsys):
+    """Probe 17-5: the final budget edited from 20 to 40 steps after the finals were kept: the
+    report called the 20-step records 40-step finals."""
+    folder, report = tiny_store
+    study = yaml.safe_load(Path(report[0]).read_text(encoding="utf-8"))
+    study["final"]["steps"] = 60
+    edited = tmp_path / "tiny.yaml"
+    edited.write_text(yaml.safe_dump(study), encoding="utf-8")
+    args = [str(edited), *report[1:], "--results", str(folder / "results")]
+    before = tree_hash(folder / "results")
+    with pytest.raises(SystemExit) as exited:
+        script_main("run_study")([*args, "--", *report_data(folder)])
+    assert exited.value.code == 1 and tree_hash(folder / "results") == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "holds a 50-step training, but the study declares 60 steps" in err[-1], err
+
+
 def test_a_dry_run_keeps_no_record_of_a_finished_run(tiny_store, tmp_path, capsys):
     """A dry run beside a work folder holding a finished run not yet recorded wrote its
     record into the store (a final made from a check run): a dry run writes nothing."""
