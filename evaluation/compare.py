@@ -32,7 +32,7 @@ from evaluation.statistics import (
     stdev,
     welch_interval,
 )
-from runs.events import read_scalars
+from runs.events import missing_launch_files, read_scalars
 from runs.resume import flatten, setting_differences
 from runs.run import Run, RunFileError, lines_sha256, search_settings
 
@@ -635,7 +635,13 @@ def markdown(result: dict) -> str:
 
 
 def dev_ppl_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """(step, dev PPL) from a run's tensorboard events; a resumed step keeps its last value."""
+    """(step, dev PPL) from a run's tensorboard events; a resumed step keeps its last value. A
+    launch whose recorded events file is gone is left out, and said."""
+    for name in missing_launch_files(run_dir):
+        log.warning(
+            f"warning: {run_dir}: the events file its launch recorded ({name}) is missing: its "
+            "dev PPL curve lacks that launch"
+        )
     return sorted(read_scalars(run_dir).get("dev/ppl", {}).items())
 
 
@@ -768,6 +774,7 @@ def run_row(run: ScoredRun, curve: list[tuple[int, float]]) -> dict:
         **{k: run.metrics[k] for k in ("dev_ppl", "parameters", "steps", "wall_seconds")},
         **{k: run.scores.get(k) for k in ("bleu", "tok_bleu", "chrf", "ppl", "n_sentences")},
         "dev_ppl_curve": [[step, value] for step, value in curve],
+        "dev_ppl_curve_lacks": missing_launch_files(run.path),  # events files gone (8-4)
     }
 
 

@@ -76,6 +76,18 @@ def check_events_file(run_dir: Path, segment: dict) -> None:
         )
 
 
+def missing_launch_files(run_dir: Path) -> list[str]:
+    """The events files the run's launches recorded in segments.json that are gone: its curve
+    lacks those launches (said by its readers: probe 8-4, a curve silently empty)."""
+    if not (Path(run_dir) / SEGMENTS_FILE).is_file():
+        return []
+    return [
+        s["events_file"]
+        for s in current_launches(read_segments(run_dir))
+        if s.get("events_file") and not (Path(run_dir) / "tensorboard" / s["events_file"]).is_file()
+    ]
+
+
 def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     """Every scalar tag of the run's launches, by step (last-written wins); {} without events."""
     events = []  # (wall time, tag, step, value)

@@ -102,3 +102,18 @@ def test_another_runs_events_under_this_launchs_recorded_name_are_refused(tmp_pa
     (run / "segments.json").write_text(json.dumps(record))
     with pytest.raises(RunFileError, match="which is not named for its launch"):
         read_scalars(run)
+
+
+def test_a_launchs_events_file_removed_is_said_where_its_curve_is_read(tmp_path, cache_dir, caplog):
+    """Probe 8-4: with the recorded events file removed, compare's curve was empty, unsaid."""
+    from evaluation.compare import dev_ppl_curve
+    from runs.events import missing_launch_files
+
+    run = tmp_path / "run"
+    train_tiny(run, cache_dir, 4, 2)
+    assert missing_launch_files(run) == [] and [s for s, _ in dev_ppl_curve(run)] == [2, 4]
+    assert "missing" not in caplog.text
+    (events,) = (run / "tensorboard").glob("events.out.tfevents.*")
+    events.unlink()
+    assert missing_launch_files(run) == [events.name] and dev_ppl_curve(run) == []
+    assert f"the events file its launch recorded ({events.name}) is missing" in caplog.text
