@@ -449,6 +449,7 @@ def test_another_search_under_the_name_or_an_override_is_refused(tmp_path, toy_v
     result = main([str(tmp_path / "a"), "--resamples", "0", "--out", str(out)])
     assert result["search"]["position_override"] == {}
     assert "Search: ours engine, beam None" in (out / "compare.md").read_text()
+    assert ", fp32 search" in (out / "compare.md").read_text()
     path = other / "eval" / "validation-last-beam4.json"
     scores = json.loads(path.read_text())
     path.write_text(json.dumps(scores | {"position_override": {"scaling": "ntk", "factor": 2}}))
@@ -560,6 +561,10 @@ def test_evaluations_of_different_checkpoints_under_one_name_are_not_pooled(
         path.write_text(json.dumps(scores))
     err = error_of(capsys, tmp_path / "runs", "--resamples", "0", "--out", tmp_path / "o")
     assert 'different search settings (precision: (absent) vs "bf16")' in err
+    for path in (tmp_path / "runs").glob(f"*/eval/{TABLE3}.json"):  # all bf16: said (d-6)
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": "bf16"}))
+    main([str(tmp_path / "runs"), "--resamples", "0", "--out", str(tmp_path / "bf16")])
+    assert ", bf16 search" in (tmp_path / "bf16" / "compare.md").read_text()
 
 
 def test_a_record_and_its_longer_training_are_one_run_and_a_record_is_not_scored(
