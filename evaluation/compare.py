@@ -590,10 +590,14 @@ def difference_lines(result: dict) -> list[str]:
 
 def search_line(search: dict) -> str:
     """'beam 4, length penalty 0.6, ...' of a comparison's search (one for every run)."""
-    words = [f"{search.get('engine', 'ours')} engine", f"beam {search.get('beam')}",
-             f"length penalty {search.get('lenpen')}", f"max length source + "
-             f"{search.get('max_len_b')}", f"min_len {search.get('min_len')}",
-             f"{search.get('precision', 'fp32')} search"]  # fmt: skip (bf16 unsaid was d-6)
+    words = [
+        f"{search.get('engine', 'ours')} engine",
+        f"beam {search.get('beam')}",
+        f"length penalty {search.get('lenpen')}",
+        f"max length source + {search.get('max_len_b')}",
+        f"min_len {search.get('min_len')}",
+        f"{search.get('precision', 'fp32')} search",
+    ]  # the precision said, fp32 too (probe d-6)
     override = search.get("position_override")
     if override:
         words.append("position override " + ", ".join(f"{k}={v}" for k, v in override.items()))

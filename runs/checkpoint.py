@@ -280,11 +280,20 @@ def average_checkpoints(paths: list[Path], check=None) -> dict:
 
 
 def remove_temporary_files(directory: str | Path) -> list[Path]:
-    """Delete the temporary files that a killed save_checkpoint left in directory."""
+    """Delete the temporary files that a killed save_checkpoint left in directory: those whose
+    writer (named in the file's name: common/files.writer_prefix) is gone from this machine,
+    and those of saves from before names carried it. A live writer's (an averaging writing
+    there: probe m-3), or another machine's, stay; the next save of its file clears it."""
     removed = []
+    named = re.compile(rf"^\.(?P<file>.+?\.pt)\.[^@/]+@\d+\.[^.]+{re.escape(TEMP_SUFFIX)}$")
     for path in Path(directory).glob(f".*.pt.*{TEMP_SUFFIX}"):
-        path.unlink(missing_ok=True)
-        removed.append(path)
+        found = named.match(path.name)
+        gone = found is None or path in left_by_dead_writers(
+            path.with_name(found["file"]), TEMP_SUFFIX
+        )
+        if gone:
+            path.unlink(missing_ok=True)
+            removed.append(path)
     return removed
 
 

@@ -14,6 +14,7 @@ from runs.checkpoint import (
     load_checkpoint,
     load_latest_checkpoint,
     prune_checkpoints,
+    remove_temporary_files,
     save_checkpoint,
     step_checkpoints,
     weights_sha256,
@@ -233,3 +234,19 @@ def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(tmp_path):
         path.write_bytes(b"half a checkpoint")
     save_checkpoint(fake_state(1), tmp_path / "avg.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["avg.pt", live.name, other.name])
+
+
+def test_a_resume_removes_only_the_temporaries_of_gone_writers(tmp_path):
+    """Probe m-3: a resume deleted every `.*.pt.*.tmp` in checkpoints/, a live writer's too."""
+    import os
+    import socket
+
+    host = socket.gethostname()
+    dead = tmp_path / f".last.pt.{host}@999999999.x1.tmp"  # no such process
+    live = tmp_path / f".avg.pt.{host}@{os.getpid()}.x2.tmp"  # an averaging writing there
+    other = tmp_path / ".last.pt.elsewhere@1.x3.tmp"  # another machine's: not ours to judge
+    older = tmp_path / ".step_10.pt.k2j4.tmp"  # a save from before names carried the writer
+    for path in (dead, live, other, older):
+        path.write_bytes(b"half a checkpoint")
+    assert sorted(remove_temporary_files(tmp_path)) == sorted([dead, older])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
