@@ -44,6 +44,7 @@ from common.errors import UserError, optional_module
 from data.batching import TokenBatchSampler, collate
 from data.corpus import load_split
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from evaluation.evaluate import MAX_BEAM
 from interop.ctranslate2_engine import ctranslate2_translator, translate_pieces
 from interop.marian import marian_generate, to_marian
 from model.search import beam_search
@@ -343,6 +344,11 @@ def benchmark_engines(
     state, tag = load_run(Path(run_dir), checkpoint)
     check_finite_weights(state, f"checkpoint {tag} of {run_dir}")  # probe 13-27: timed anyway
     model, tokenizer = rebuild_model(state, torch.device("cpu"), run_dir)
+    if beam > min(MAX_BEAM, tokenizer.vocab_size):  # as evaluate.py refuses it (probe i-8)
+        raise UserError(
+            f"--beam {beam}: pass 1 to {min(MAX_BEAM, tokenizer.vocab_size)} (this run's "
+            f"vocabulary has {tokenizer.vocab_size} subwords; the search keeps at most {MAX_BEAM})"
+        )
     dataset = load_split(OmegaConf.create(state["config"]["data"]), split)
     srcs, refs = list(dataset["src"])[:sentences], list(dataset["tgt"])[:sentences]
     sources = [ids + [EOS_ID] for ids in tokenizer.encode(srcs)]

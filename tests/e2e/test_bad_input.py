@@ -185,8 +185,17 @@ def test_averaging_refuses_last_beside_named_files(bad, tmp_path, capsys):
 # --- (10) benchmark.py decode on a run: counts checked -----------------------------------------
 
 
-@pytest.mark.parametrize("args", [["--sentences", "-5"], ["--sentences", "0"], ["--beam", "0"]])
-def test_benchmark_decode_refuses_counts_below_one(bad, capsys, args):
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--sentences", "-5"],
+        ["--sentences", "0"],
+        ["--beam", "0"],
+        ["--beam", "2000"],  # probe i-8: timed, where evaluate.py refuses it
+        ["--beam", "101"],  # wider than the run's 100 subwords
+    ],
+)
+def test_benchmark_decode_refuses_counts_out_of_range(bad, capsys, args):
     with pytest.raises(SystemExit) as raised:
         benchmark_main(["decode", "--run-dir", str(bad / "run"), "--repeats", "1", *args])
     assert raised.value.code == 1
