@@ -10,6 +10,7 @@ import functools
 import inspect
 import logging
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -234,6 +235,9 @@ READ_ONLY_WITH = (
      "data.train_join_share above 0", True),
     ("model.max_positions", _learned_table, "a learned position table (position=learned or "
      "learned_shape; other encodings are computed at any position)", False),
+    ("trainer.dist_timeout_minutes", lambda cfg: int(os.environ.get("WORLD_SIZE", 1)) > 1,
+     "several processes (torchrun, or a SLURM launcher's tasks); this one trains alone",
+     False),  # warned (probe p-35): a launch command is written once for any world size
 )  # fmt: skip
 
 
@@ -290,6 +294,19 @@ def check_training_settings(cfg: DictConfig, overrides: list[str] | None = None)
             raise SettingError(f"{key}={value}: pass true or false")
     if cfg.optim.clip_norm is not None:
         _check("optim.clip_norm", cfg.optim.clip_norm, 1e-12, True, False, "null: no clipping")
+
+
+def check_launcher_keys(hydra_cfg: DictConfig) -> None:
+    """SettingError for a `hydra.launcher.<key>` the command line gives to a run without -m: no
+    launcher runs to read it (probe p-40: `+hydra.launcher.timeout_min=5` accepted without a
+    word). In a sweep the launcher itself refuses a key it does not take."""
+    given = [o.split("=", 1)[0].lstrip("+~") for o in hydra_cfg.overrides.hydra if "=" in o]
+    keys = [key for key in given if key.startswith("hydra.launcher.")]
+    if keys and str(hydra_cfg.mode) != "RunMode.MULTIRUN":
+        raise SettingError(
+            f"{keys[0]}: read only by a sweep's launcher (train.py -m ...); this run launches "
+            "nothing: remove it"
+        )
 
 
 def slurm_gpus_requested(launcher: DictConfig) -> bool:

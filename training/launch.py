@@ -61,7 +61,7 @@ from runs.preemption import StopSignals, TrainingInterrupted
 from runs.record import code_version, end_segment, read_segments, start_segment
 from runs.resume import ResumeError, changes_the_rounding, check_resume, stop_reason
 from runs.run import Run, run_id
-from runs.settings import check_training_settings
+from runs.settings import check_launcher_keys, check_training_settings
 from runs.state import TrainingState
 from training.optim import noam_adam
 from training.step import DivergenceError, StepResult, train_step
@@ -591,6 +591,8 @@ def train(cfg: DictConfig) -> dict:
     before = run_dir_before(run_dir)
     try:
         check_training_settings(cfg, launch_overrides())
+        if HydraConfig.initialized():
+            check_launcher_keys(HydraConfig.get())
         with RunDirectoryLock(cfg.run_dir) if process_rank() == 0 else nullcontext():
             return train_holding_lock(cfg)
     except UserError:

@@ -314,6 +314,19 @@ def test_a_command_line_hydra_cannot_compose_is_one_line(script, overrides, name
     assert not (tmp_path / "run").exists()
 
 
+def test_a_launcher_key_without_a_sweep_is_one_line(bad, tmp_path):
+    """Probe p-40: `+hydra.launcher.timeout_min=5` on a run without -m trained, read by nothing."""
+    overrides = [*text_overrides(bad), "trainer.max_steps=1", "+hydra.launcher.timeout_min=5"]
+    result = run_cli("train.py", [*overrides, f"hydra.run.dir={tmp_path / 'run'}"])
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines == [
+        "error: hydra.launcher.timeout_min: read only by a sweep's launcher (train.py -m ...); "
+        "this run launches nothing: remove it"
+    ], result.stderr
+    assert not (tmp_path / "run").exists()
+
+
 # --- train.py: settings refused in one line, and effective_tokens=null as documented -----------
 
 

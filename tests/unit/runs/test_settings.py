@@ -101,6 +101,19 @@ def test_a_setting_read_only_under_another_is_refused_without_it(key, caplog):
     assert "read only" not in caplog.text
 
 
+def test_a_collective_timeout_on_a_single_process_is_warned_of(caplog, monkeypatch):
+    """Probe p-35: `trainer.dist_timeout_minutes=5` on one process, read by nothing, unsaid."""
+    given = ["trainer.dist_timeout_minutes=5"]
+    cfg = compose_config(["experiment=quickstart", *given])
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    check_training_settings(cfg, given)
+    assert "trainer.dist_timeout_minutes is read only with several processes" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun sets it
+    check_training_settings(cfg, given)
+    assert "read only" not in caplog.text
+
+
 def test_a_setting_that_leaves_a_set_one_unread_is_warned_of(caplog):
     """Probe p-3: `trainer.update_freq=2` beside the config's effective_tokens trained 2 batches
     an update and logged the tokens' target as if it counted."""
