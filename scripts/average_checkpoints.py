@@ -69,9 +69,11 @@ def check_distinct(paths: list[Path]) -> None:
 
 def check_own_file(state: dict, path: Path) -> None:
     """A file a run's checkpoints/ holds under a name training gives must be one that run wrote
-    (runs.Run.check_written: not another run's weights re-saved there)."""
+    under that name (runs.Run.check_written: not another run's weights re-saved there, not its
+    own step_20.pt copied over step_10.pt, which was refused as a duplicate of the genuine
+    file: probe 3-21)."""
     if path.parent.name == CHECKPOINTS and training_file_name(path.name):
-        Run(path.parent.parent).check_written(state, path)
+        Run(path.parent.parent).check_written(state, path, by_name=True)
 
 
 def write_average(paths: list[Path], out: Path) -> dict:

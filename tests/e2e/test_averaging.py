@@ -58,3 +58,25 @@ def test_without_save_every_steps_the_clock_writes_the_step_files(tmp_path, cach
     )
     names = [p.name for p in step_checkpoints(tmp_path / "checkpoints")]
     assert names == ["step_1.pt", "step_2.pt", "step_3.pt"]
+
+
+def test_averaging_names_a_step_file_copied_over_another(tmp_path, cache_dir, capsys):
+    """Probe 3-21: step_10.pt copied over step_8.pt was refused as a duplicate of the genuine
+    step_10.pt ("leave out step_10.pt"), not as a file the run never wrote under that name."""
+    import shutil
+
+    import pytest
+
+    from tests.conftest import script_main
+
+    run(tmp_path / "run", cache_dir, "trainer.max_steps=10", "trainer.save_every_steps=4")
+    checkpoints = tmp_path / "run" / "checkpoints"
+    shutil.copyfile(checkpoints / "step_10.pt", checkpoints / "step_8.pt")
+    out = tmp_path / "avg.pt"
+    with pytest.raises(SystemExit) as raised:
+        script_main("average_checkpoints")(
+            ["--run-dir", str(tmp_path / "run"), "--last", "2", "--out", str(out)]
+        )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert raised.value.code == 1 and not out.exists()
+    assert err[-1].startswith(f"error: {checkpoints / 'step_8.pt'} is not the step_8.pt this"), err
