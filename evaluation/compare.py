@@ -329,6 +329,12 @@ def shown(values: dict, key: str) -> str:
     return json.dumps(values[key], default=str, sort_keys=True) if key in values else "(absent)"
 
 
+def stated_search(scores: dict) -> dict:
+    """search_settings with fp32, which they leave unsaid, said: a message names both values
+    (probe q-27: a recorded fp32 was shown as "(absent)")."""
+    return {"precision": "fp32"} | search_settings(scores)
+
+
 def check_poolable(runs: list[ScoredRun]) -> None:
     """CompareError unless every run was scored on one corpus's lines with one tokenizer and one
     search; the message names each differing setting with both values.
@@ -347,7 +353,7 @@ def check_poolable(runs: list[ScoredRun]) -> None:
         for what, a, b in (
             ("corpus or evaluation split", *(corpus_identity(r, by_content) for r in (first, run))),
             ("tokenizer", *tokenizers),
-            ("search setting", search_settings(first.scores), search_settings(run.scores)),
+            ("search setting", *(stated_search(r.scores) for r in (first, run))),
             ("checkpoint", *checkpoints),  # last, best, avgN or a step file: one for all (9-4)
         ):
             changed = differences(a, b)

@@ -560,7 +560,7 @@ def test_evaluations_of_different_checkpoints_under_one_name_are_not_pooled(
         scores["precision"] = "bf16" if "seed=2" in str(path) else "fp32"
         path.write_text(json.dumps(scores))
     err = error_of(capsys, tmp_path / "runs", "--resamples", "0", "--out", tmp_path / "o")
-    assert 'different search settings (precision: (absent) vs "bf16")' in err
+    assert 'different search settings (precision: "fp32" vs "bf16")' in err  # q-27: "(absent)"
     for path in (tmp_path / "runs").glob(f"*/eval/{TABLE3}.json"):  # all bf16: said (d-6)
         path.write_text(json.dumps(json.loads(path.read_text()) | {"precision": "bf16"}))
     main([str(tmp_path / "runs"), "--resamples", "0", "--out", str(tmp_path / "bf16")])
