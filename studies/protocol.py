@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -28,7 +29,8 @@ from omegaconf.errors import OmegaConfBaseException
 from common.configs import CONFIG_DIR, compose_config
 from common.errors import UserError, first_line
 from evaluation.evaluate import MAX_BEAM, MAX_LENPEN
-from runs.settings import SettingError, check_read
+from model.transformer import build_model
+from runs.settings import check_training_settings
 
 # Written into every record a study keeps (record.json "schema"); raise it when a record's
 # meaning changes, with a migration script beside the change.
@@ -378,6 +380,17 @@ def check_seed_counts(path: Path, study: StudySpec) -> None:
     refuse_problems(path, problems)
 
 
+def check_trainable(words: list[str], given: list[str]) -> None:
+    """What train.py would refuse of a run's config, refused before anything trains: a key
+    nothing reads (probe f-7, f-9), a setting out of range or read only under another (given:
+    the overrides the run's command line passes), a setting the model or its position encoding
+    refuses (f-28: RoPE's factor without a scaling planned, then every rope run failed)."""
+    cfg = compose_config(words)
+    check_training_settings(cfg, given)
+    with torch.device("meta"):  # the settings checked, no weights made
+        build_model(cfg.model, cfg.position, vocab_size=8)
+
+
 def check_composes(path: Path, study: StudySpec) -> None:
     """The experiment and every override compose, for each variant and condition."""
     check_overrides(path, "overrides", study.overrides)
@@ -389,8 +402,8 @@ def check_composes(path: Path, study: StudySpec) -> None:
         for variant in study.condition_variants(condition):
             words = run_overrides(study, condition, variant)
             try:
-                check_read(compose_config([*words, "run_dir=."]))  # a key nothing reads (f-7)
-            except (HydraException, OmegaConfBaseException, SettingError) as e:
+                check_trainable([*words, "run_dir=."], words)  # a key nothing reads (f-7)
+            except (HydraException, OmegaConfBaseException, UserError) as e:
                 raise StudyConfigError(
                     f"{path}: {condition}/{variant} does not compose ({first_line(e)}): fix "
                     "experiment or the overrides"
@@ -490,8 +503,8 @@ def check_run_overrides(study: StudySpec, overrides: Sequence[str]) -> None:
         for variant in study.condition_variants(condition):
             words = [*run_overrides(study, condition, variant), *overrides, "run_dir=."]
             try:
-                check_read(compose_config(words))  # a key nothing reads (probe f-9)
-            except (HydraException, OmegaConfBaseException, SettingError) as e:
+                check_trainable(words, words[:-1])  # a key nothing reads (probe f-9)
+            except (HydraException, OmegaConfBaseException, UserError) as e:
                 raise StudyConfigError(
                     f"{' '.join(overrides)}: does not compose with study {study.name} "
                     f"({first_line(e)}): fix the overrides after --"

@@ -177,6 +177,14 @@ def test_a_baseline_given_twice_is_refused(tmp_path):
         load_study(str(path))
 
 
+def test_a_variant_setting_the_model_refuses_is_refused_before_anything_trains(tmp_path):
+    """Probe f-28: `rope: {overrides: [position.factor=2]}` (a factor without a scaling) was
+    planned; the sinusoidal grid trained, then every rope run failed at its launch."""
+    path = write_fr_copy(tmp_path, "variants.rope", {"overrides": ["position.factor=2"]})
+    with pytest.raises(StudyConfigError, match=r"all/rope does not compose \(position factor=2 "):
+        load_study(str(path))
+
+
 def test_an_unknown_study_name_lists_the_known_ones():
     with pytest.raises(StudyConfigError, match=r"no file .*; pass one of .*pe_multi30k_fr"):
         load_study("no_such_study")
