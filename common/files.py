@@ -71,7 +71,8 @@ def remove_empty_folders(folders: list[Path]) -> None:
 
 def temporary_copy(path: Path, text: str) -> Path:
     """A temporary file beside path holding text, with the mode any new file would get."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # the writer in the name: the next write clears a killed one's, never a live one's (r-20)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=writer_prefix(path), suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -120,17 +121,21 @@ def writer_prefix(path: Path) -> str:
     return f".{path.name}.{socket.gethostname()}@{os.getpid()}."
 
 
-def left_by_dead_writers(path: Path, suffix: str) -> list[Path]:
+def left_by_dead_writers(path: Path, suffix: str, unnamed: bool = False) -> list[Path]:
     """The temporaries of path (writer_prefix, then suffix) that a killed writer on this machine
-    left: the process their name names is gone; another machine's, or a live writer's, stay."""
+    left: the process their name names is gone; another machine's, or a live writer's, stay.
+    unnamed: also those named before names carried the writer (`.<name>.<random><suffix>`)."""
     end = re.escape(suffix)
     named = re.compile(rf"^\.{re.escape(path.name)}\.(?P<host>.+)@(?P<pid>\d+)\.[^.]+{end}$")
-    found = [named.match(p.name) for p in path.parent.glob(f".{glob.escape(path.name)}.*")]
-    return [
-        path.parent / m.group(0)
-        for m in found
-        if m and m["host"] == socket.gethostname() and not process_alive(int(m["pid"]))
-    ]
+    older = re.compile(rf"^\.{re.escape(path.name)}\.[^.@]+{end}$")
+    left = []
+    for found in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        match = named.match(found.name)
+        if match and match["host"] == socket.gethostname() and not process_alive(int(match["pid"])):
+            left.append(found)
+        elif unnamed and older.match(found.name):
+            left.append(found)
+    return left
 
 
 def process_alive(pid: int) -> bool:

@@ -21,6 +21,7 @@ from common.files import left_by_dead_writers, writer_prefix
 from runs.resume import setting_differences
 
 STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+TRAINING_FILE = re.compile(r"last\.pt|best\.pt|step_\d+\.pt")  # the files training writes
 # Where a run keeps its own copy of the tokenizer, relative to the run directory.
 RUN_TOKENIZER = "tokenizer/spm.model"
 TEMP_SUFFIX = ".tmp"
@@ -286,11 +287,13 @@ def remove_temporary_files(directory: str | Path) -> list[Path]:
     there: probe m-3), or another machine's, stay; the next save of its file clears it."""
     removed = []
     named = re.compile(rf"^\.(?P<file>.+?\.pt)\.[^@/]+@\d+\.[^.]+{re.escape(TEMP_SUFFIX)}$")
+    older = re.compile(rf"^\.(?P<file>.+?\.pt)\.[^.@]+{re.escape(TEMP_SUFFIX)}$")
     for path in Path(directory).glob(f".*.pt.*{TEMP_SUFFIX}"):
-        found = named.match(path.name)
-        gone = found is None or path in left_by_dead_writers(
-            path.with_name(found["file"]), TEMP_SUFFIX
-        )
+        if found := named.match(path.name):
+            gone = path in left_by_dead_writers(path.with_name(found["file"]), TEMP_SUFFIX)
+        else:  # unnamed: a save of training's own files from before (not a user's .x.pt.y.tmp)
+            found = older.match(path.name)
+            gone = found is not None and bool(TRAINING_FILE.fullmatch(found["file"]))
         if gone:
             path.unlink(missing_ok=True)
             removed.append(path)

@@ -19,7 +19,6 @@ and the tokenizer is the run folder's copy (or the file the checkpoint names), c
 """
 
 import functools
-import glob
 import hashlib
 import json
 import shutil
@@ -32,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from common.errors import UserError
 from common.files import (
     file_sha256,
+    left_by_dead_writers,
     read_json,
     write_failure,
     write_json,
@@ -286,8 +286,8 @@ class Run:
         texts[json_path] = json.dumps(scores, indent=2, ensure_ascii=False) + "\n"
         try:
             for path in {*texts, self.nbest_file(name)}:  # a killed write's temporary files
-                for left in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-                    left.unlink()
+                for left in left_by_dead_writers(path, ".tmp", unnamed=True):  # not a live one's
+                    left.unlink(missing_ok=True)
             if nbest is None:  # an earlier evaluation's n-best is not this one's
                 self.nbest_file(name).unlink(missing_ok=True)
             write_texts(texts)

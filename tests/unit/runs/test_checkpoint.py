@@ -246,7 +246,8 @@ def test_a_resume_removes_only_the_temporaries_of_gone_writers(tmp_path):
     live = tmp_path / f".avg.pt.{host}@{os.getpid()}.x2.tmp"  # an averaging writing there
     other = tmp_path / ".last.pt.elsewhere@1.x3.tmp"  # another machine's: not ours to judge
     older = tmp_path / ".step_10.pt.k2j4.tmp"  # a save from before names carried the writer
-    for path in (dead, live, other, older):
+    mine = tmp_path / ".notes.pt.backup.tmp"  # a user's (probe r-26): no file training writes
+    for path in (dead, live, other, older, mine):
         path.write_bytes(b"half a checkpoint")
     assert sorted(remove_temporary_files(tmp_path)) == sorted([dead, older])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, mine.name])

@@ -71,6 +71,26 @@ def test_hypotheses_are_the_runs_own_file_checked_by_count_and_hash(tmp_path):
         run.hypotheses({**scores, "hypotheses_sha256": None}, "fix it")
 
 
+def test_an_evaluation_clears_only_the_temporaries_of_gone_writers(tmp_path):
+    """Probe r-20, r-27: each evaluation deleted every `.<name>.*.tmp` in eval/, a live
+    writer's too (two evaluations of one name at once), and its own temporaries named no
+    writer, so none could be told from a live one's."""
+    import os
+    import socket
+
+    run, host = Run(tmp_path), socket.gethostname()
+    eval_dir = run.evaluations_dir
+    eval_dir.mkdir()
+    live = eval_dir / f".t.hyp.{host}@{os.getpid()}.ab12cd34.tmp"
+    dead = eval_dir / f".t.json.{host}@999999999.ef56gh78.tmp"
+    older = eval_dir / ".t.hyp.k2j4m6n8.tmp"  # from before names carried the writer
+    for path in (live, dead, older):
+        path.write_text("half\n")
+    scores = {"name": "t", "n_sentences": 1, "hypotheses_sha256": lines_sha256(["a"])}
+    run.write_evaluation("t", ["a"], scores)
+    assert sorted(p.name for p in eval_dir.iterdir()) == sorted(["t.hyp", "t.json", live.name])
+
+
 def test_older_formats_read_as_todays():
     run = Run("unused")
     old = {"position": "SinusoidalPositionEncoding"}  # before position_choice was recorded
