@@ -821,12 +821,37 @@ def baseline_differences(
     return differences
 
 
+# What write_comparison writes into its folder (and so replaces there)
+COMPARISON_FILES = (
+    "compare.md", "compare.json", "bleu_by_variant.png", "bleu_by_length.png",
+    "dev_ppl_curves.png",
+)  # fmt: skip
+
+
+def check_own_output(folder: Path) -> None:
+    """CompareError where folder holds a file of a comparison's names that no comparison wrote
+    (no compare.json of one beside it): a user's compare.md was replaced (probe 1-20)."""
+    taken = [name for name in COMPARISON_FILES if (folder / name).exists()]
+    if not taken:
+        return
+    try:
+        ours = {"eval", "runs", "differences"} <= set(read_json(folder / "compare.json"))
+    except (OSError, UserError):  # missing, or not a JSON object
+        ours = False
+    if not ours:
+        raise CompareError(
+            f"--out {folder} holds {taken[0]}, which no comparison wrote there (no compare.json "
+            "of one beside it): pass a new folder, or move that file away"
+        )
+
+
 def write_comparison(result: dict, out_dir: Path) -> None:
     """compare.md, compare.json and the three plots into out_dir, swapped in as a whole: a kill
     leaves the earlier comparison there, never new tables beside old figures (other files of
     the folder stay)."""
     result["out_dir"] = str(out_dir)
     folder = Path(out_dir).resolve()
+    check_own_output(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with replaced_folder(folder) as staging:
         write_text(staging / "compare.md", markdown(result))

@@ -279,6 +279,12 @@ class Run:
         or none (disk full: one line). The JSON, which holds the .hyp's sha256, is renamed in
         last: a kill between the renames leaves the JSON before, which the new .hyp no longer
         matches (hypotheses() refuses the pair), never a new JSON beside an old .hyp."""
+        if self.evaluations_dir.is_symlink():  # a user's folder behind it (probe 1-25)
+            raise RunFileError(
+                f"{self.evaluations_dir} is a link (to {self.evaluations_dir.readlink()}): a "
+                "run keeps its evaluations in a folder of its own; remove the link (its target "
+                "is left as it is)"
+            )
         json_path = self.evaluation_file(name)
         texts = {self.hypotheses_file(name): "".join(f"{h}\n" for h in hyps)}
         if nbest is not None:

@@ -441,6 +441,23 @@ def test_a_seed_given_twice_is_refused_not_pooled(tmp_path, toy_validation, caps
     assert f"{run} is given twice: a run counts once" in err and not out.exists()  # probe a-01
 
 
+def test_an_out_folder_holding_a_users_compare_md_is_refused(tmp_path, toy_validation, capsys):
+    """Probe 1-20: --out a folder with a user's compare.md (and notes): the file was replaced."""
+    make_run(tmp_path / "a", "SinusoidalPositionEncoding", 1, toy_validation)
+    make_run(tmp_path / "a", "LearnedPositionEncoding", 1, toy_validation)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "compare.md").write_text("my own compare\n")
+    (out / "notes.txt").write_text("notes\n")
+    err = error_of(capsys, tmp_path / "a", "--resamples", "0", "--out", out)
+    assert "holds compare.md, which no comparison wrote there" in err
+    assert (out / "compare.md").read_text() == "my own compare\n"
+    (out / "compare.md").unlink()  # notes alone: written beside them, kept
+    main([str(tmp_path / "a"), "--resamples", "0", "--out", str(out)])
+    main([str(tmp_path / "a"), "--resamples", "0", "--out", str(out)])  # its own: replaced
+    assert (out / "notes.txt").read_text() == "notes\n" and (out / "compare.json").is_file()
+
+
 def test_another_search_under_the_name_or_an_override_is_refused(tmp_path, toy_validation, capsys):
     """The name says the beam; an inference-only position override is a search of its own."""
     base = make_run(tmp_path / "a", "SinusoidalPositionEncoding", 1, toy_validation)[0]

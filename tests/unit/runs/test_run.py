@@ -91,6 +91,21 @@ def test_an_evaluation_clears_only_the_temporaries_of_gone_writers(tmp_path):
     assert sorted(p.name for p in eval_dir.iterdir()) == sorted(["t.hyp", "t.json", live.name])
 
 
+def test_an_evaluation_never_writes_through_a_linked_eval_folder(tmp_path):
+    """Probe 1-25: eval/ a link to a user's folder: their s30.hyp was replaced."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "t.hyp").write_text("mine\n")
+    run = Run(tmp_path / "run")
+    run.path.mkdir()
+    run.evaluations_dir.symlink_to(mine)
+    scores = {"name": "t", "n_sentences": 1, "hypotheses_sha256": lines_sha256(["a"])}
+    with pytest.raises(RunFileError, match=r"eval is a link \(to .*mine\): a run keeps"):
+        run.write_evaluation("t", ["a"], scores)
+    assert sorted(p.name for p in mine.iterdir()) == ["t.hyp"]
+    assert (mine / "t.hyp").read_text() == "mine\n"
+
+
 def test_older_formats_read_as_todays():
     run = Run("unused")
     old = {"position": "SinusoidalPositionEncoding"}  # before position_choice was recorded
