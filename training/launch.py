@@ -544,6 +544,11 @@ def open_run(cfg: DictConfig, precision: str, world: int, device) -> tuple[dict 
             f"{e} (trainer.start_over=true clears only a run without checkpoints: move "
             "checkpoints/ away to train afresh there)"
         ) from e
+    if cfg.trainer.get("start_over"):  # said, not refused: a requeue repeats the command line
+        log.warning(
+            f"trainer.start_over=true: this run has checkpoints (step {resumed.get('step')}), so "
+            "it resumes; start_over clears only a run without checkpoints (probe 8-22)"
+        )
     threads = resumed.get("num_threads")  # torch's CPU threads in use (set by start_process)
     if device.type == "cpu" and threads is not None and threads != torch.get_num_threads():
         allowed.append(f"CPU threads in use: {threads} -> {torch.get_num_threads()}")

@@ -339,6 +339,19 @@ def test_start_over_refused_as_a_resume_says_it_does_not_apply(six_steps, cache_
         run(cache_dir, run_dir, 4, "trainer.start_over=true")
 
 
+def test_start_over_beside_checkpoints_is_said_as_the_run_resumes(
+    six_steps, cache_dir, tmp_path, caplog
+):
+    """Probe 8-22: start_over=true on a run with checkpoints resumed it without a word (not
+    refused: a requeued job repeats its command line)."""
+    run_dir = copy_run(six_steps, tmp_path)
+    with caplog.at_level("INFO", logger="train"):
+        run(cache_dir, run_dir, 6, "trainer.start_over=true")
+    assert "trainer.start_over=true: this run has checkpoints (step 6), so it resumes" in (
+        caplog.text
+    )
+
+
 # --- (6) the thread count -------------------------------------------------------------------
 
 
