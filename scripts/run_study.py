@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     launch = Launch(args.launcher, args.jobs, runs, hydra)
     run = StudyRun(
         study, args.work, args.results, launch, dry_run=args.dry_run or args.report,
+        store_only=args.report,
         until=args.until,
     )  # fmt: skip
     run.check_data()  # the pair's files and the test splits, before N runs are planned

@@ -66,6 +66,7 @@ class StudyRun:
     results: Path
     launch: Launch = field(default_factory=Launch)
     dry_run: bool = False
+    store_only: bool = False  # --report: the store's records alone (not the work folder's runs)
     until: str = STAGES[-1]  # the last stage that trains (the later ones only read records)
     echo: Callable[[str], None] = print
     planned: list[Point] = field(default_factory=list)  # what the dry run would train
@@ -158,6 +159,9 @@ class StudyRun:
         if metrics is not None and int(metrics.get("steps", -1)) != point.steps:
             metrics = None  # finished at another budget: an extension not trained yet
         if metrics is None and not diverged_in_log(Run(run).log_file):
+            return None
+        if self.store_only:  # a report of the store reads nothing outside it (probe 17-22)
+            self.say(f"study: {point.label} trained in {run}, not kept: left out of this report")
             return None
         self.refuse_if_different(run, point)
         words = [*self.words(point), f"run_dir={run}"]

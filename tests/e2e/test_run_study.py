@@ -277,6 +277,21 @@ def test_a_budget_declared_anew_after_its_records_is_refused(tiny_store, tmp_pat
     assert "holds a 50-step training, but the study declares 60 steps" in err[-1], err
 
 
+def test_a_report_reads_the_store_alone(tiny_store, tmp_path, capsys):
+    """Probe 17-22: a store missing learned's grid records reported learned's grid as decided,
+    from the runs its work folder still held (outside the store)."""
+    folder, report = tiny_store
+    results = tmp_path / "results"
+    shutil.copytree(folder / "results", results)
+    shutil.rmtree(results / "tiny" / "grid" / "runs" / "all" / "learned")
+    args = [*report, "--results", str(results), "--", *report_data(folder)]
+    assert script_main("run_study")(args) == 0
+    out = capsys.readouterr().out
+    assert "grid all/learned ×1 seed 1 (40 steps) trained in" in out and "not kept" in out
+    summary = (results / "tiny" / SUMMARY / "README.md").read_text(encoding="utf-8")
+    assert "- all/learned: not decided" in summary, summary
+
+
 def test_a_dry_run_keeps_no_record_of_a_finished_run(tiny_store, tmp_path, capsys):
     """A dry run beside a work folder holding a finished run not yet recorded wrote its
     record into the store (a final made from a check run): a dry run writes nothing."""

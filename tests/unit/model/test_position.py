@@ -243,13 +243,14 @@ def test_learned_shape_table_holds_the_shifted_range():
         pe.embed(torch.zeros(8, 16, 32), torch.arange(16))
 
 
-def test_rope_scaling_factor_one_is_unscaled():
+def test_rope_scaling_needs_a_factor_above_one():
+    """A scaling by factor 1 would rotate as the unscaled model, named as scaled (probe p-2)."""
     q, k = torch.randn(2, 4, 50, 8), torch.randn(2, 4, 50, 8)
     positions = torch.arange(50)
     plain = build("rope").rotate(q, k, positions, positions)
     for scaling in ("linear", "ntk"):
-        scaled = build("rope", scaling=scaling, factor=1.0).rotate(q, k, positions, positions)
-        assert torch.equal(scaled[0], plain[0]) and torch.equal(scaled[1], plain[1])
+        with pytest.raises(PositionSettingError, match="with factor 1 scales nothing"):
+            build("rope", scaling=scaling, factor=1.0)
         doubled = build("rope", scaling=scaling, factor=2.0).rotate(q, k, positions, positions)
         assert not torch.allclose(doubled[0], plain[0], atol=1e-3)
 

@@ -252,17 +252,20 @@ def test_shape_draws_new_offsets_in_training_only():
         assert torch.equal(model(src, tgt), model(src, tgt))
 
 
-def test_rope_settings_apply_to_both_stacks_and_factor_one_changes_nothing():
+def test_rope_settings_apply_to_both_stacks_and_a_refused_one_changes_nothing():
+    from model.position import PositionSettingError
+
     model = tiny_model(CONFIG_DIR / "position" / "rope.yaml").eval()
     src, tgt = torch.randint(4, 40, (2, 6)), torch.randint(4, 40, (2, 5))
     plain = model(src, tgt)
-    assert model.apply_position_settings({"scaling": "ntk", "factor": 1}) == {
-        "scaling": "ntk",
-        "factor": 1.0,
-    }
+    with pytest.raises(PositionSettingError, match="with factor 1 scales nothing"):
+        model.apply_position_settings({"scaling": "ntk", "factor": 1})  # probe p-11
     assert torch.equal(model(src, tgt), plain)
-    model.apply_position_settings({"factor": 4})
-    assert model.decoder_position.factor == 4.0
+    assert model.apply_position_settings({"scaling": "ntk", "factor": 4}) == {
+        "scaling": "ntk",
+        "factor": 4.0,
+    }
+    assert model.decoder_position.factor == 4.0 and model.encoder_position.factor == 4.0
     assert not torch.allclose(model(src, tgt), plain, atol=1e-4)
 
 
