@@ -619,7 +619,13 @@ def markdown(result: dict) -> str:
         "",
         f"Ours: eval/{result['eval']}.json of each run ({result['signature']}); dev PPL from "
         "metrics.json (per subword, teacher-forced, last step); ± is the standard deviation "
-        "over seeds.",
+        "over seeds."
+        + (
+            ""
+            if result.get("scores_checked", True)
+            else " The scores are as each eval JSON records them, not recomputed from its .hyp "
+            "(--resamples 0)."
+        ),
         PAPER_NOTE,
     ]
     if any(r["stale"] for r in result["runs"]):
@@ -900,6 +906,7 @@ def compare(
         "runs": [run_row(r, curves[r.path]) for r in runs],
         "variants": [summarize(v, groups[v]) for v in order],
         "differences": baseline_differences(groups, order, baseline, resamples, refs_file),
+        "scores_checked": resamples > 0,  # each BLEU recomputed from its .hyp (probe 5-22)
     }
     if out_dir is None:
         out_dir = Path(os.path.commonpath([str(r.path.resolve().parent) for r in runs])) / "compare"

@@ -456,6 +456,7 @@ def test_an_out_folder_holding_a_users_compare_md_is_refused(tmp_path, toy_valid
     main([str(tmp_path / "a"), "--resamples", "0", "--out", str(out)])
     main([str(tmp_path / "a"), "--resamples", "0", "--out", str(out)])  # its own: replaced
     assert (out / "notes.txt").read_text() == "notes\n" and (out / "compare.json").is_file()
+    assert "not recomputed from its .hyp (--resamples 0)" in (out / "compare.md").read_text()
 
 
 def test_another_search_under_the_name_or_an_override_is_refused(tmp_path, toy_validation, capsys):
