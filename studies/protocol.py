@@ -302,11 +302,11 @@ def check_numbers(path: Path, study: StudySpec) -> None:
          "finite rates above 0"),
         ("grid.rates", grid.rates, len(set(grid.rates)) < len(grid.rates), "each rate once"),
         ("grid.seeds", grid.seeds, len(set(grid.seeds)) < 2 or min(grid.seeds) < 0,
-         "two or more seeds, each 0 or more"),
+         "two or more different seeds, each 0 or more"),  # [1, 1]: "different" (probe f-25)
         ("grid.seeds", grid.seeds, len(set(grid.seeds)) < len(grid.seeds), "each seed once"),
         ("grid.steps", grid.steps, grid.steps < 1, "a step budget of 1 or more"),
         ("grid.edge_steps", grid.edge_steps, grid.edge_steps < 0, "0 or more"),
-        ("check.seeds", check.seeds, len(set(check.seeds)) < 2, "two or more seeds"),
+        ("check.seeds", check.seeds, len(set(check.seeds)) < 2, "two or more different seeds"),
         ("check.within", check.within, not 1 <= check.within < math.inf,
          "a finite factor of at least 1"),
         ("final.steps", final.steps, final.steps < grid.steps,

@@ -185,6 +185,13 @@ def test_a_variant_setting_the_model_refuses_is_refused_before_anything_trains(t
         load_study(str(path))
 
 
+def test_one_seed_given_twice_is_told_to_differ(tmp_path):
+    """Probe f-25: `grid.seeds: [1, 1]` was told "pass two or more seeds"; two were passed."""
+    path = write_fr_copy(tmp_path, "grid.seeds", [1, 1])
+    with pytest.raises(StudyConfigError, match=r"grid.seeds: \[1, 1\]; pass two or more different"):
+        load_study(str(path))
+
+
 def test_an_unknown_study_name_lists_the_known_ones():
     with pytest.raises(StudyConfigError, match=r"no file .*; pass one of .*pe_multi30k_fr"):
         load_study("no_such_study")
