@@ -129,10 +129,12 @@ def test_one_command_resumes_after_a_kill_and_then_changes_nothing(tmp_path):
 
 
 def test_a_run_that_fails_is_named_and_the_command_exits_1(tmp_path, capsys):
-    """A point train.py refuses is not recorded: its log is named and the exit status is 1."""
+    """A point train.py refuses is not recorded: its log is named and the exit status is 1.
+    (A setting out of range is refused before anything trains; cleaning every pair away, with
+    data.max_len=2, is found only when a run reads its data.)"""
     path = tiny_study(tmp_path)
     args = [str(path), "--work", str(tmp_path / "work"), "--results", str(tmp_path / "results")]
-    args += ["--", f"cache_dir={tmp_path / 'cache'}", "optim.label_smoothing=1.0"]
+    args += ["--", f"cache_dir={tmp_path / 'cache'}", "data.max_len=2"]
     assert script_main("run_study")(args) == 1
     out = capsys.readouterr().out
     assert "2 runs failed" in out and "grid_all_sinusoidal_lr1_steps40_seed-1.log" in out

@@ -211,6 +211,7 @@ def test_the_schema_reference_is_generated_from_the_schema():
         (["seed=3"], "seed is set by the study"),
         (["data.tgt_lang=de"], "study pe_multi30k_fr declares data.tgt_lang=fr itself"),  # g-24
         (["+optim.momentum=0.9"], r"optim.momentum: train.py reads no such setting"),  # f-9
+        (["optim.label_smoothing=1.0"], r"label_smoothing=1.0: pass a number from 0 to below"),
     ],
 )
 def test_overrides_of_every_run_are_checked_before_anything_trains(overrides, named):
